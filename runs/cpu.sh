@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash runs/setup.sh
 PY=.venv/bin/python
 DEPTH=${DEPTH:-4}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-200}
 VOCAB=${VOCAB:-8192}
 CORPUS=${CORPUS:-small}
 RUN=${RUN:-cpu_d$DEPTH}
@@ -17,5 +17,5 @@ $PY -m nanolit.data --size "$CORPUS"
 echo "== 2/3 tokenizer (vocab $VOCAB)"
 $PY -m nanolit.tokenizer --vocab-size "$VOCAB"
 echo "== 3/3 pretraining (depth $DEPTH, $STEPS steps)"
-$PY -m nanolit.train --run "$RUN" --depth "$DEPTH" --sequence-len 256 --device-batch-size 16 \
-    --num-iterations "$STEPS" --eval-every 200 --eval-tokens 131072 --save-every 200 --resume "${RESUME:-false}"
+$PY -m nanolit.train --tag "$RUN" --depth "$DEPTH" --sequence-len 256 --device-batch-size 16 \
+    --num-iterations "$STEPS" --eval-every 50 --eval-tokens 65536 --save-every 50 --resume "${RESUME:-false}"

@@ -1,0 +1,39 @@
+"""Data-parallel pretraining equals one process with the same total batch (forked gloo ranks, fp32 on CPU)."""
+import os
+
+import pytest
+import torch
+
+from nanolit.parallel.mesh import run_distributed
+from nanolit.train import TrainConfig, train
+
+SMALL = dict(depth=2, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=512, progress=False,
+             num_iterations=3, sample_every=-1)
+
+
+def _train(base, run, **kw):
+    # float64: Adam divides by sqrt(v) + eps (eps = 1e-10), so a gradient element that cancels to ~1e-9 in fp32 turns
+    # into a full +-lr step whose sign depends on the summation order, which differs between 1 and W ranks. In fp64
+    # the cancellation residue is ~1e-17 and the comparison measures data parallelism, not rounding.
+    os.environ["NANOLIT_BASE_DIR"] = str(base)
+    os.environ["NANOLIT_DTYPE"] = "float64"
+    torch.set_default_dtype(torch.float64)
+    res = train(TrainConfig(tag=run, **SMALL, **kw))
+    from nanolit.checkpoint import load_checkpoint
+    sd, _, _ = load_checkpoint(res["checkpoint"], load_optim=False)
+    torch.set_default_dtype(torch.float32); del os.environ["NANOLIT_DTYPE"]
+    assert sd["wte.weight"].dtype == torch.float64
+    return [h["loss"] for h in res["history"]["train"]], sd
+
+
+@pytest.mark.parametrize("world,accum", [(2, 1), (2, 2), (4, 1)])
+def test_dp_equals_single_process(tiny_base_dir, world, accum):
+    total = SMALL["device_batch_size"] * SMALL["sequence_len"] * world * accum
+    ref_losses, ref_sd = _train(tiny_base_dir, f"ref_{world}_{accum}", total_batch_size=total)
+    outs = run_distributed(_train, world, tiny_base_dir, f"dp_{world}_{accum}", total_batch_size=total, timeout=300)
+    losses, sd = outs[0]
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), atol=1e-5, rtol=1e-5)
+    for k in ref_sd:
+        torch.testing.assert_close(sd[k], ref_sd[k], atol=1e-5, rtol=1e-5, msg=lambda m: f"{k}: {m}")
+    for other_losses, _ in outs[1:]:
+        assert other_losses == losses  # every rank logs the same (all-reduced) loss

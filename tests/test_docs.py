@@ -22,10 +22,8 @@ NBS = check_docs.course_notebooks()
 # Notebooks whose docs build is broken right now, with the reason. strict: once fixed, the xpass fails the run, so
 # the entry must be removed. nbdev's doc build executes every cell that contains an import (plus exported cells);
 # a test cell that mixes an import with code using names from unexecuted cells raises NameError there.
-KNOWN_BROKEN = {
-    "07_checkpoint": "cell `emb = torch.randn(...)` imports safetensors.torch mid-cell and uses _tmp (NameError in "
-                     "nbdev's show_doc execution): move the import to the notebook's import cell",
-}
+KNOWN_BROKEN: dict[str, str] = {}
+
 
 
 def _browser_missing():

@@ -1,0 +1,121 @@
+"""`train` with the newer mesh dimensions equals one process (forked gloo ranks, fp64 on CPU, 3 optimizer steps, global
+grad-norm clipping on, tolerance 1e-5):
+
+- pipeline parallel (#8): pp=2 (GPipe, accumulation 2), pp2 x dp2 (1F1B), pp2 x tp2 (hand-written 1F1B, accumulation 2);
+  a checkpoint written at pp=2 resumes at pp=1 and at pp=4, and loads into a plain model with the same outputs;
+- expert parallel (#9): a MoE GPT at ep=2 equals the same MoE GPT on one process; a checkpoint written at ep=2 resumes at
+  ep=1 and ep=4;
+- context parallel (#9): cp=2 equals one process; a checkpoint written at cp=2 resumes on one process.
+
+fp64 for the reason given in tests/test_train_tp.py (summation-order noise amplified by Adam's tiny eps and Muon)."""
+import os
+import shutil
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from nanolit.checkpoint import list_checkpoints, load_checkpoint
+from nanolit.parallel.mesh import run_distributed
+from nanolit.train import TrainConfig, train
+
+# depth 4 so that pp=4 has a layer per stage; width 128 = 4 heads of 32, so tp=2 splits heads whole
+SMALL = dict(depth=4, aspect_ratio=32, head_dim=32, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=256,
+             progress=False, sample_every=-1, loader_buffer=8, num_iterations=3, grad_clip=0.5)
+MOE = dict(moe_experts=4, moe_top_k=2, moe_hidden=64)
+BT = SMALL["device_batch_size"] * SMALL["sequence_len"]
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+@contextmanager
+def fp64(base):
+    import nanolit.optim
+    old_ns, old_base, old_float = nanolit.optim._ns_dtype, os.environ.get("NANOLIT_BASE_DIR"), torch.Tensor.float
+    nanolit.optim._ns_dtype = lambda G: torch.float64 if G.dtype == torch.float64 else torch.float32
+    torch.Tensor.float = lambda self, *a, **k: self if self.dtype == torch.float64 else old_float(self, *a, **k)
+    os.environ["NANOLIT_BASE_DIR"] = str(base); os.environ["NANOLIT_DTYPE"] = "float64"
+    torch.set_default_dtype(torch.float64)
+    try: yield
+    finally:
+        torch.set_default_dtype(torch.float32); os.environ.pop("NANOLIT_DTYPE", None)
+        nanolit.optim._ns_dtype = old_ns; torch.Tensor.float = old_float
+        if old_base is None: os.environ.pop("NANOLIT_BASE_DIR", None)
+        else: os.environ["NANOLIT_BASE_DIR"] = old_base
+
+
+def _train(base, tag, **kw):
+    with fp64(base): res = train(TrainConfig(tag=tag, **{**SMALL, **kw}))
+    losses = [h["loss"] for h in res["history"]["train"]]
+    if "stopped_at" in res: return losses, None
+    sd, _, meta = load_checkpoint(res["checkpoint"], load_optim=False)
+    return losses, sd
+
+
+_REF = {}
+def _ref(base, slots, **kw):
+    "One process, the same total batch (slots = data ranks x accumulation)."
+    key = (slots, tuple(sorted(kw.items())))
+    if key not in _REF:
+        _REF[key] = _train(base, f"mpref_{len(_REF)}", total_batch_size=BT * slots, **kw)
+    return _REF[key]
+
+
+def _close(out, ref):
+    (losses, sd), (ref_losses, ref_sd) = out, ref
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), **TOL)
+    assert sd.keys() == ref_sd.keys()
+    for k in ref_sd:
+        assert sd[k].shape == ref_sd[k].shape, k
+        torch.testing.assert_close(sd[k], ref_sd[k], **TOL, msg=lambda m: f"{k}: {m}")
+
+
+@pytest.mark.parametrize("world,pp,tp,accum,schedule", [(2, 2, 1, 2, "gpipe"), (4, 2, 1, 1, "1f1b"), (4, 2, 2, 2, "hand_1f1b")])
+def test_pp_equals_single_process(tiny_base_dir, world, pp, tp, accum, schedule):
+    dp = world // (pp * tp)
+    ref = _ref(tiny_base_dir, dp * accum)
+    outs = run_distributed(_train, world, tiny_base_dir, f"pp_{world}_{pp}_{tp}_{accum}", pp=pp, tp=tp, pp_schedule=schedule,
+                           total_batch_size=BT * dp * accum, timeout=400)
+    for out in outs: _close(out, ref)            # every rank logs the same loss and saved the same full model
+
+
+def test_pp_checkpoint_resumes_at_other_pp_and_loads_plain(tiny_base_dir):
+    ref = _ref(tiny_base_dir, 1)
+    base = tiny_base_dir / "checkpoints" / "base"
+    run_distributed(_train, 2, tiny_base_dir, "pp2_stop", pp=2, stop_after=2, timeout=400)
+    assert list_checkpoints(base / "pp2_stop") == [2]
+    shutil.copytree(base / "pp2_stop", base / "pp2_stop_b")
+    from nanolit.chat import load_model           # a plain model from the pipeline checkpoint: every stage's weights
+    with fp64(tiny_base_dir):
+        m_pp, _, meta = load_model("base", "pp2_stop", 2, device="cpu")
+    assert meta["pp"] == 2
+    _close(_train(tiny_base_dir, "pp2_stop", resume="true"), ref)          # pp=1, one process
+    for out in run_distributed(_train, 4, tiny_base_dir, "pp2_stop_b", pp=4, pp_schedule="hand_1f1b", resume="true",
+                               timeout=400): _close(out, ref)
+    # the plain model holds the step-2 weights: one more forward equals a pp=1 run stopped at step 2
+    _train(tiny_base_dir, "pp1_stop", stop_after=2)
+    with fp64(tiny_base_dir):
+        m_1, _, _ = load_model("base", "pp1_stop", 2, device="cpu")
+    idx = torch.randint(0, meta["model_config"]["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(): torch.testing.assert_close(m_pp(idx), m_1(idx), **TOL)
+
+
+def test_ep_equals_single_process_and_reshards(tiny_base_dir):
+    ref = _ref(tiny_base_dir, 2, **MOE)
+    for out in run_distributed(_train, 2, tiny_base_dir, "ep2", ep=2, **MOE, timeout=400): _close(out, ref)
+    base = tiny_base_dir / "checkpoints" / "base"
+    run_distributed(_train, 2, tiny_base_dir, "ep2_stop", ep=2, stop_after=2, **MOE, timeout=400)
+    shutil.copytree(base / "ep2_stop", base / "ep2_stop_b")
+    _close(_train(tiny_base_dir, "ep2_stop", resume="true", total_batch_size=2 * BT, **MOE), ref)   # ep=1, accum 2
+    ref4 = _ref(tiny_base_dir, 4, **MOE)
+    run_distributed(_train, 2, tiny_base_dir, "ep2_stop4", ep=2, stop_after=2, total_batch_size=4 * BT, **MOE, timeout=400)
+    for out in run_distributed(_train, 4, tiny_base_dir, "ep2_stop4", ep=4, resume="true", total_batch_size=4 * BT, **MOE,
+                               timeout=400): _close(out, ref4)
+    with pytest.raises(ValueError, match="MoE settings"):
+        _train(tiny_base_dir, "ep2_stop_b", resume="true", total_batch_size=2 * BT, **{**MOE, "moe_experts": 8})
+
+
+def test_cp_equals_single_process(tiny_base_dir):
+    ref = _ref(tiny_base_dir, 1)
+    for out in run_distributed(_train, 2, tiny_base_dir, "cp2", cp=2, timeout=400): _close(out, ref)
+    run_distributed(_train, 2, tiny_base_dir, "cp2_stop", cp=2, stop_after=2, timeout=400)
+    _close(_train(tiny_base_dir, "cp2_stop", resume="true"), ref)

@@ -119,3 +119,12 @@ def test_cp_equals_single_process(tiny_base_dir):
     for out in run_distributed(_train, 2, tiny_base_dir, "cp2", cp=2, timeout=400): _close(out, ref)
     run_distributed(_train, 2, tiny_base_dir, "cp2_stop", cp=2, stop_after=2, timeout=400)
     _close(_train(tiny_base_dir, "cp2_stop", resume="true"), ref)
+
+
+@pytest.mark.parametrize("kw", [dict(ep=2, **MOE), dict(cp=2)], ids=["ep2xdp2", "cp2xdp2"])
+def test_composes_with_dp_at_world_4(tiny_base_dir, kw):
+    "ep2 x dp2 reads 4 batches (data ranks = dp x ep), cp2 x dp2 reads 2: the same total batch as one process."
+    slots = 4 if "ep" in kw else 2
+    ref = _ref(tiny_base_dir, slots, **{k: v for k, v in kw.items() if k not in ("ep", "cp")})
+    for out in run_distributed(_train, 4, tiny_base_dir, f"dp2_{'_'.join(kw)}", total_batch_size=BT * slots, **kw, timeout=400):
+        _close(out, ref)

@@ -229,6 +229,14 @@ def test_cli_base(tiny_base_dir, tok):
     assert r2.returncode == 0, r2.stderr[-3000:]
     assert [l for l in r2.stdout.splitlines() if l.startswith("CORE")] == one_title
     assert (out / "base_tiny_base.csv").read_text() == one_csv
+    # no eval data at all: a clear error and a non-zero exit instead of "CORE 0.0000 (0 tasks)"
+    for f in (tiny_base_dir / "eval_data").glob("*.jsonl"): f.rename(f.with_suffix(".off"))
+    try:
+        r3 = subprocess.run([sys.executable, "-m", "nanolit.eval", "base", "--tag", "tiny", "--device", "cpu"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        for f in (tiny_base_dir / "eval_data").glob("*.off"): f.rename(f.with_suffix(".jsonl"))
+    assert r3.returncode == 2 and "no CORE eval data" in r3.stderr and "--build" in r3.stderr, (r3.stdout, r3.stderr[-2000:])
 
 
 @pytest.mark.skipif(not SLOW, reason="downloads the 358 MB bigbench sdist: set NANOLIT_TEST_FLAGS=slow")

@@ -7,10 +7,9 @@ grad-norm clipping on, tolerance 1e-5):
   ep=1 and ep=4;
 - context parallel (#9): cp=2 equals one process; a checkpoint written at cp=2 resumes on one process.
 
-fp64 for the reason given in tests/test_train_tp.py (summation-order noise amplified by Adam's tiny eps and Muon)."""
+fp64 for the reason given in tests/_helpers.py (summation-order noise amplified by Adam's tiny eps and Muon)."""
 import os
 import shutil
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ import torch
 from nanolit.checkpoint import list_checkpoints, load_checkpoint
 from nanolit.parallel.mesh import run_distributed
 from nanolit.train import TrainConfig, train
+from _helpers import fp64
 
 # depth 4 so that pp=4 has a layer per stage; width 128 = 4 heads of 32, so tp=2 splits heads whole
 SMALL = dict(depth=4, aspect_ratio=32, head_dim=32, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=256,
@@ -25,22 +25,6 @@ SMALL = dict(depth=4, aspect_ratio=32, head_dim=32, sequence_len=32, device_batc
 MOE = dict(moe_experts=4, moe_top_k=2, moe_hidden=64)
 BT = SMALL["device_batch_size"] * SMALL["sequence_len"]
 TOL = dict(atol=1e-5, rtol=1e-5)
-
-
-@contextmanager
-def fp64(base):
-    import nanolit.optim
-    old_ns, old_base, old_float = nanolit.optim._ns_dtype, os.environ.get("NANOLIT_BASE_DIR"), torch.Tensor.float
-    nanolit.optim._ns_dtype = lambda G: torch.float64 if G.dtype == torch.float64 else torch.float32
-    torch.Tensor.float = lambda self, *a, **k: self if self.dtype == torch.float64 else old_float(self, *a, **k)
-    os.environ["NANOLIT_BASE_DIR"] = str(base); os.environ["NANOLIT_DTYPE"] = "float64"
-    torch.set_default_dtype(torch.float64)
-    try: yield
-    finally:
-        torch.set_default_dtype(torch.float32); os.environ.pop("NANOLIT_DTYPE", None)
-        nanolit.optim._ns_dtype = old_ns; torch.Tensor.float = old_float
-        if old_base is None: os.environ.pop("NANOLIT_BASE_DIR", None)
-        else: os.environ["NANOLIT_BASE_DIR"] = old_base
 
 
 def _train(base, tag, **kw):

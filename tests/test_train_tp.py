@@ -10,6 +10,7 @@ import torch
 from nanolit.checkpoint import list_checkpoints, load_checkpoint
 from nanolit.parallel.mesh import run_distributed
 from nanolit.train import TrainConfig, train
+from _helpers import fp64
 
 # head_dim 32 at depth 2: n_embd 128, 4 heads, so tp 4 splits the heads whole
 SMALL = dict(depth=2, head_dim=32, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=256, progress=False,
@@ -18,26 +19,7 @@ BT = SMALL["device_batch_size"] * SMALL["sequence_len"]
 
 
 def _train(base, tag, **kw):
-    # fp64 (and Muon's Newton-Schulz in fp64) as in tests/test_checkpoint_dist.py: fp32 rounding differs between one
-    # whole matrix and its gathered shards and Adam's tiny eps / Newton-Schulz amplify it; fp64 compares only the algebra.
-    # The models cast logits to fp32 (`.float()`) for the loss, and the vocab-parallel cross-entropy sums its
-    # logsumexp in another order than F.cross_entropy: with the zero-initialised projections of a fresh model some
-    # embedding gradients are near 0 at step 1, where Adam (eps 1e-10) turns that fp32 noise into +-lr steps. So in
-    # this test `.float()` keeps fp64 tensors fp64 (restored below).
-    import nanolit.optim
-    old_ns, old_base, old_float = nanolit.optim._ns_dtype, os.environ.get("NANOLIT_BASE_DIR"), torch.Tensor.float
-    nanolit.optim._ns_dtype = lambda G: torch.float64 if G.dtype == torch.float64 else torch.float32
-    torch.Tensor.float = lambda self, *a, **k: self if self.dtype == torch.float64 else old_float(self, *a, **k)
-    os.environ["NANOLIT_BASE_DIR"] = str(base)
-    os.environ["NANOLIT_DTYPE"] = "float64"
-    torch.set_default_dtype(torch.float64)
-    try:
-        res = train(TrainConfig(tag=tag, **{**SMALL, **kw}))
-    finally:
-        torch.set_default_dtype(torch.float32); os.environ.pop("NANOLIT_DTYPE", None)
-        nanolit.optim._ns_dtype = old_ns; torch.Tensor.float = old_float
-        if old_base is None: os.environ.pop("NANOLIT_BASE_DIR", None)
-        else: os.environ["NANOLIT_BASE_DIR"] = old_base
+    with fp64(base): res = train(TrainConfig(tag=tag, **{**SMALL, **kw}))   # why fp64: tests/_helpers.py
     losses = [h["loss"] for h in res["history"]["train"]]
     if "stopped_at" in res: return losses, None
     sd, _, _ = load_checkpoint(res["checkpoint"], load_optim=False)
@@ -121,23 +103,12 @@ def _tiny_sft_base(base, tag="tiny_sft_tp", T=64):
 
 
 def _sft(base, run, **kw):
-    import nanolit.optim
     from nanolit.sft import SFTConfig, sft
-    old_ns, old_base, old_float = nanolit.optim._ns_dtype, os.environ.get("NANOLIT_BASE_DIR"), torch.Tensor.float
-    nanolit.optim._ns_dtype = lambda G: torch.float64 if G.dtype == torch.float64 else torch.float32
-    torch.Tensor.float = lambda self, *a, **k: self if self.dtype == torch.float64 else old_float(self, *a, **k)
-    os.environ["NANOLIT_BASE_DIR"] = str(base); os.environ["NANOLIT_DTYPE"] = "float64"
-    torch.set_default_dtype(torch.float64)
-    try:
+    with fp64(base):
         res = sft(SFTConfig(tag=run, source_tag="tiny_sft_tp", sources="identity", device_batch_size=2, total_batch_size=2 * 64,
                             num_iterations=3, eval_every=-1, eval_batches=2, chat_eval_tasks="identity", chat_eval_items=2,
                             progress=False, **kw))
         sd, _, meta = load_checkpoint(res["checkpoint"], load_optim=False)
-    finally:
-        torch.set_default_dtype(torch.float32); os.environ.pop("NANOLIT_DTYPE", None)
-        nanolit.optim._ns_dtype = old_ns; torch.Tensor.float = old_float
-        if old_base is None: os.environ.pop("NANOLIT_BASE_DIR", None)
-        else: os.environ["NANOLIT_BASE_DIR"] = old_base
     h = res["history"]
     return [x["loss"] for x in h["train"]], [x["tokens"] for x in h["train"]], h["val"], res["chat_eval"], sd, meta
 

@@ -12,7 +12,9 @@ def render_index() -> str:
     cells = ["".join(c["source"]).strip() for c in nb["cells"] if c["cell_type"] == "markdown"]
     md = "\n\n".join(cells) + "\n"
     # links between notebooks are relative to nbs/ (where the site is built); from the repo root they need the prefix
-    return re.sub(r"\]\((?!https?:|/|#|nbs/)([^)]+\.ipynb)\)", r"](nbs/\1)", md)
+    md = re.sub(r"\]\((?!https?:|/|#|nbs/)([^)]+\.ipynb)\)", r"](nbs/\1)", md)
+    # the site links repository files on GitHub; in the clone the README sits beside them, so link them relatively
+    return re.sub(r"\]\(https://github\.com/nanolit/nanolit/blob/main/([^)]+)\)", r"](\1)", md)
 
 
 if __name__ == "__main__":

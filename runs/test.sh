@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash runs/setup.sh >/dev/null
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-export NANOLIT_BASE_DIR=${NANOLIT_TEST_BASE_DIR:-$(mktemp -d)}
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+if [ -n "${NANOLIT_TEST_BASE_DIR:-}" ]; then export NANOLIT_BASE_DIR=$NANOLIT_TEST_BASE_DIR
+else export NANOLIT_BASE_DIR=$(mktemp -d); trap 'rm -rf "$NANOLIT_BASE_DIR"' EXIT; fi   # a throwaway dir, removed after
+.venv/bin/python -m pytest -q -p no:cacheprovider "$@"

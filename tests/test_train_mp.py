@@ -112,3 +112,15 @@ def test_composes_with_dp_at_world_4(tiny_base_dir, kw):
     ref = _ref(tiny_base_dir, slots, **{k: v for k, v in kw.items() if k not in ("ep", "cp")})
     for out in run_distributed(_train, 4, tiny_base_dir, f"dp2_{'_'.join(kw)}", total_batch_size=BT * slots, **kw, timeout=400):
         _close(out, ref)
+
+
+def _val(base, tag, **kw):
+    with fp64(base): res = train(TrainConfig(tag=tag, **{**SMALL, "eval_every": 3, **kw}))
+    return [h["bpb"] for h in res["history"]["val"]]
+
+
+def test_val_bpb_is_the_same_at_any_layout(tiny_base_dir):
+    "The val batches are one stream dealt to the data ranks: dp 2 scores the same tokens as one process (step 0 and 3)."
+    ref = _val(tiny_base_dir, "val_ref", total_batch_size=2 * BT)
+    for v in run_distributed(_val, 2, tiny_base_dir, "val_dp2", timeout=300):
+        torch.testing.assert_close(torch.tensor(v), torch.tensor(ref), **TOL)

@@ -81,7 +81,6 @@ def run(nb_path: Path, flags: list[str], save: bool, max_lines: int) -> tuple[bo
     with tempfile.TemporaryDirectory(prefix="nanolit_nb_") as base:
         env = dict(os.environ, NANOLIT_BASE_DIR=base, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                    MPLBACKEND="module://matplotlib_inline.backend_inline")
-        work = Path(base) / "run.ipynb"
         code = (f"import sys, json; sys.path.insert(0, {str(ROOT / 'dev')!r}); import execute_nbs as e; from pathlib import Path; "
                 f"ok, s = e._run_one(Path({str(nb_path)!r}), {flags!r}, {save!r}); print(json.dumps([ok, s])); sys.exit(0 if ok else 1)")
         p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)

@@ -29,3 +29,24 @@ def fp64(base):
         for k, v in (("NANOLIT_BASE_DIR", old_base), ("NANOLIT_DTYPE", old_dtype)):
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
+
+
+def train_fp64(base, tag, **cfg):
+    "`nanolit.train.train(TrainConfig(tag=tag, **cfg))` under `fp64(base)`: (per-step losses, final full state dict or None if stopped)."
+    from nanolit.checkpoint import load_checkpoint
+    from nanolit.train import TrainConfig, train
+    with fp64(base): res = train(TrainConfig(tag=tag, **cfg))
+    losses = [h["loss"] for h in res["history"]["train"]]
+    if "stopped_at" in res: return losses, None
+    sd, _, _ = load_checkpoint(res["checkpoint"], load_optim=False)
+    return losses, sd
+
+
+def assert_same_run(out, ref, atol=1e-5, rtol=1e-5):
+    "Two `train_fp64` results agree: losses, and every tensor of the saved model (float64, same shape) within the tolerance."
+    (losses, sd), (ref_losses, ref_sd) = out, ref
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), atol=atol, rtol=rtol)
+    assert sd.keys() == ref_sd.keys()
+    for k in ref_sd:
+        assert sd[k].dtype == torch.float64 and sd[k].shape == ref_sd[k].shape, k
+        torch.testing.assert_close(sd[k], ref_sd[k], atol=atol, rtol=rtol, msg=lambda m: f"{k}: {m}")

@@ -17,7 +17,7 @@ import torch
 from nanolit.checkpoint import list_checkpoints, load_checkpoint
 from nanolit.parallel.mesh import run_distributed
 from nanolit.train import TrainConfig, train
-from _helpers import fp64
+from _helpers import assert_same_run, fp64, train_fp64
 
 # depth 4 so that pp=4 has a layer per stage; width 128 = 4 heads of 32, so tp=2 splits heads whole
 SMALL = dict(depth=4, aspect_ratio=32, head_dim=32, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=256,
@@ -28,11 +28,7 @@ TOL = dict(atol=1e-5, rtol=1e-5)
 
 
 def _train(base, tag, **kw):
-    with fp64(base): res = train(TrainConfig(tag=tag, **{**SMALL, **kw}))
-    losses = [h["loss"] for h in res["history"]["train"]]
-    if "stopped_at" in res: return losses, None
-    sd, _, meta = load_checkpoint(res["checkpoint"], load_optim=False)
-    return losses, sd
+    return train_fp64(base, tag, **{**SMALL, **kw})   # why fp64: tests/_helpers.py
 
 
 _REF = {}
@@ -44,13 +40,7 @@ def _ref(base, slots, **kw):
     return _REF[key]
 
 
-def _close(out, ref):
-    (losses, sd), (ref_losses, ref_sd) = out, ref
-    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), **TOL)
-    assert sd.keys() == ref_sd.keys()
-    for k in ref_sd:
-        assert sd[k].shape == ref_sd[k].shape, k
-        torch.testing.assert_close(sd[k], ref_sd[k], **TOL, msg=lambda m: f"{k}: {m}")
+_close = assert_same_run
 
 
 @pytest.mark.parametrize("world,pp,tp,accum,schedule", [(2, 2, 1, 2, "gpipe"), (4, 2, 1, 1, "1f1b"), (4, 2, 2, 2, "hand_1f1b")])

@@ -10,7 +10,7 @@ import torch
 from nanolit.checkpoint import list_checkpoints, load_checkpoint
 from nanolit.parallel.mesh import run_distributed
 from nanolit.train import TrainConfig, train
-from _helpers import fp64
+from _helpers import assert_same_run, fp64, train_fp64
 
 # head_dim 32 at depth 2: n_embd 128, 4 heads, so tp 4 splits the heads whole
 SMALL = dict(depth=2, head_dim=32, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=256, progress=False,
@@ -19,11 +19,7 @@ BT = SMALL["device_batch_size"] * SMALL["sequence_len"]
 
 
 def _train(base, tag, **kw):
-    with fp64(base): res = train(TrainConfig(tag=tag, **{**SMALL, **kw}))   # why fp64: tests/_helpers.py
-    losses = [h["loss"] for h in res["history"]["train"]]
-    if "stopped_at" in res: return losses, None
-    sd, _, _ = load_checkpoint(res["checkpoint"], load_optim=False)
-    return losses, sd
+    return train_fp64(base, tag, **{**SMALL, **kw})   # why fp64: tests/_helpers.py
 
 
 _REF = {}
@@ -34,13 +30,7 @@ def _ref(base, slots):
     return _REF[slots]
 
 
-def _close(out, ref):
-    (losses, sd), (ref_losses, ref_sd) = out, ref
-    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), atol=1e-5, rtol=1e-5)
-    assert sd.keys() == ref_sd.keys()
-    for k in ref_sd:
-        assert sd[k].dtype == torch.float64 and sd[k].shape == ref_sd[k].shape, k
-        torch.testing.assert_close(sd[k], ref_sd[k], atol=1e-5, rtol=1e-5, msg=lambda m: f"{k}: {m}")
+_close = assert_same_run
 
 
 @pytest.mark.parametrize("world,tp,sp", [(2, 2, False), (4, 2, False), (4, 2, True)])

@@ -23,8 +23,8 @@ from .core import detect_compute_dtype
 
 # %% auto #0
 __all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'KVCache',
-           'kv_cache_bytes', 'sample_next', 'CalculatorError', 'calculate', 'calculator', 'Utf8Stream', 'RowState',
-           'Engine']
+           'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError', 'calculate', 'calculator',
+           'Utf8Stream', 'RowState', 'Engine']
 
 # %% ../nbs/08_engine.ipynb #bdd80434
 class KVCache:
@@ -111,6 +111,22 @@ def _check_sampling(temperature: float, top_k: int | None, top_p: float | None):
     if top_k is not None and top_k < 0: raise ValueError(f"top_k must be >= 0 (0 or None = off), got {top_k}")
     if top_p is not None and not 0 < top_p <= 1: raise ValueError(f"top_p must be in (0, 1] (None = off), got {top_p}")
 
+def _sampling_logits(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                     keep: Tensor | None = None) -> Tensor:
+    "logits / temperature with -inf outside the top-k, then outside the top-p nucleus; ids in `keep` (-1: none) always stay."
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    drop = torch.zeros_like(z, dtype=torch.bool)
+    if top_k:
+        drop = z < torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[..., -1:]
+    if top_p is not None and top_p < 1:
+        probs, order = torch.softmax(z.masked_fill(drop, float("-inf")), dim=-1).sort(dim=-1, descending=True)
+        out = probs.cumsum(dim=-1) - probs >= top_p        # mass strictly before token i already reaches p
+        drop = drop | out.scatter(-1, order, out)          # back to vocabulary order
+    if keep is not None:
+        kept = torch.zeros_like(drop).scatter_(-1, keep.clamp(min=0).unsqueeze(-1), (keep >= 0).unsqueeze(-1))
+        drop = drop & ~kept
+    return z.masked_fill(drop, float("-inf"))
+
 def sample_next(logits: Tensor, rng: torch.Generator | None = None, temperature: float = 1.0, top_k: int | None = None,
                 top_p: float | None = None) -> Tensor:
     """One token id per row from fp32 logits (B, V) -> int64 (B,). temperature 0 = argmax (greedy); top_k keeps the k
@@ -118,15 +134,22 @@ def sample_next(logits: Tensor, rng: torch.Generator | None = None, temperature:
     Holtzman et al. 2020; None or 1 = off). Draws with `torch.multinomial` using `rng`. ValueError on bad settings."""
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0: return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
-    if top_k:
-        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p is not None and top_p < 1:
-        probs, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)
-        drop = probs.cumsum(dim=-1) - probs >= top_p        # mass strictly before token i already reaches p
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))   # back to vocabulary order
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=rng).squeeze(-1)
+    probs = torch.softmax(_sampling_logits(logits, temperature, top_k, top_p), dim=-1)
+    return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
+
+def sampling_logprobs(logits: Tensor, # (..., V) logits, as the model returns them (softcap included)
+                      temperature: float = 1.0, # > 0; the sampler's temperature
+                      top_k: int | None = None, # the sampler's top-k (0/None = off)
+                      top_p: float | None = None, # the sampler's nucleus mass (None or 1 = off)
+                      keep: Tensor | None = None, # optional (...,) int64 ids kept in the support whatever their rank; -1 = none
+                     ) -> Tensor:
+    """Log-probabilities (..., V), at least fp32, of the distribution `sample_next` draws from: log_softmax of
+    logits / temperature over the top-k / top-p tokens (renormalised), -inf outside. ValueError at temperature 0
+    (greedy is a point mass: no log-probabilities to train on)."""
+    _check_sampling(temperature, top_k, top_p)
+    if temperature == 0: raise ValueError("temperature 0 is greedy decoding, a point mass on the argmax: it has no "
+                                          "log-probabilities to train on; sample with temperature > 0")
+    return torch.log_softmax(_sampling_logits(logits, temperature, top_k, top_p, keep), dim=-1)
 
 # %% ../nbs/08_engine.ipynb #69925aff
 CALC_MAX_CHARS = 256      # longest expression accepted

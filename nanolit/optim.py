@@ -6,7 +6,7 @@ Docs: https://nanolit.github.io/nanolit/optim.html.md"""
 
 # %% ../nbs/05_optim.ipynb #2246b547
 from __future__ import annotations
-import math
+import math, operator
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -17,7 +17,8 @@ from .core import COMPUTE_DTYPE
 # %% auto #0
 __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'adamw_update_',
            'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'muon_step_', 'MuonAdamW',
-           'build_optimizer', 'lr_multiplier', 'muon_momentum', 'apply_lr', 'apply_muon_momentum']
+           'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr',
+           'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
@@ -251,26 +252,46 @@ def build_optimizer(param_groups: dict[str, list], *, matrix_lr: float = 0.02, e
     return opt
 
 # %% ../nbs/05_optim.ipynb #7e7fd550
-def lr_multiplier(step: int, num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2,
-                  final_lr_frac: float = 0.0) -> float:
-    """Learning-rate multiplier at 0-based `step` (0 <= step <= num_steps) of a warmup / constant / linear
-    warmdown (WSD) schedule (Hägele et al. 2024): (step+1)/warmup_steps during warmup, 1, then linear down to
-    `final_lr_frac` over the last round(warmdown_ratio*num_steps) steps. Raises ValueError on invalid arguments."""
+def _whole(v, name: str) -> int:
+    "v as an int if it is a whole number (an int, numpy int or integral float), else ValueError naming `name`."
+    if not isinstance(v, bool):
+        try: return operator.index(v)
+        except TypeError:
+            if isinstance(v, float) and v.is_integer(): return int(v)
+    raise ValueError(f"{name} must be a whole number, got {v!r}")
+
+def warmup_warmdown_steps(num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2) -> tuple[int, int]:
+    """(W, D): the warmup and warmdown lengths, in trained steps, of a `num_steps`-step WSD schedule, with W + D <= N.
+    D = round(warmdown_ratio * N), at least 1 if the ratio is > 0. If they overlap, the warmup keeps its length and
+    the warmdown takes the steps left after it, but at least the last one (a warmup of N or more steps is cut to N-1
+    for it); a one-step run has no warmdown. ValueError on invalid arguments."""
+    num_steps, warmup_steps = _whole(num_steps, "num_steps"), _whole(warmup_steps, "warmup_steps")
     if num_steps < 1: raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-    if not 0 <= step <= num_steps: raise ValueError(f"step must be in [0, {num_steps}], got {step}")
     if warmup_steps < 0: raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
     if not 0 <= warmdown_ratio <= 1: raise ValueError(f"warmdown_ratio must be in [0, 1], got {warmdown_ratio}")
+    N = num_steps
+    D = max(1, round(warmdown_ratio * N)) if warmdown_ratio > 0 else 0
+    D = 0 if D == 0 or N == 1 else max(1, min(D, N - warmup_steps))   # the warmdown keeps at least the last step
+    return min(warmup_steps, N - D), D
+
+def lr_multiplier(step: int, num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2,
+                  final_lr_frac: float = 0.0) -> float:
+    """Learning-rate multiplier at trained step `step` (0-based; a loop of `num_steps` steps trains 0..num_steps-1) of
+    a warmup / constant / linear warmdown (WSD) schedule (Hägele et al. 2024), with (W, D) = `warmup_warmdown_steps`:
+    (step+1)/W during warmup (so step 0 is > 0 and step W-1 is exactly 1), 1, then linear down over the last D steps
+    to exactly `final_lr_frac` at step num_steps-1. Raises ValueError on invalid arguments (a step outside 0..N-1)."""
+    W, D = warmup_warmdown_steps(num_steps, warmup_steps, warmdown_ratio)
+    num_steps, step = _whole(num_steps, "num_steps"), _whole(step, "step")
+    if not 0 <= step < num_steps:
+        raise ValueError(f"step must be a trained step, in [0, {num_steps - 1}] for num_steps={num_steps}, got {step}")
     if not 0 <= final_lr_frac <= 1: raise ValueError(f"final_lr_frac must be in [0, 1], got {final_lr_frac}")
-    warmdown_steps = round(warmdown_ratio * num_steps)
-    up = min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
-    down = 1.0
-    if warmdown_steps > 0 and step > num_steps - warmdown_steps:
-        down = final_lr_frac + (1 - final_lr_frac) * (num_steps - step) / warmdown_steps
-    return min(up, down)
+    if step < W: return (step + 1) / W
+    if step >= num_steps - D: return final_lr_frac + (1 - final_lr_frac) * (num_steps - 1 - step) / D
+    return 1.0
 
 def muon_momentum(step: int, warmup: int = 300, start: float = 0.85, end: float = 0.95) -> float:
-    """Muon momentum (a float in [start, end]) at 0-based optimizer `step`: linear from `start` to `end` over `warmup`
-    steps, then `end` (the warmup of modded-nanogpt, Jordan et al. 2024). ValueError if `step` or `warmup` < 0."""
+    """Muon momentum (a float in [start, end]) at 0-based optimizer `step`: linear from `start` at step 0 to `end` at
+    step `warmup`, then `end` (the warmup of modded-nanogpt, Jordan et al. 2024). ValueError if `step` or `warmup` < 0."""
     if step < 0 or warmup < 0: raise ValueError(f"step and warmup must be >= 0, got {step}, {warmup}")
     frac = min(step / warmup, 1.0) if warmup > 0 else 1.0
     return (1 - frac) * start + frac * end

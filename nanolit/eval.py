@@ -14,10 +14,10 @@ import torch.nn.functional as F
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['CORE_TASK_TYPES', 'evaluate_bpb', 'unigram_byte_bpb', 'unigram_token_bpb', 'centered_accuracy', 'core_prompts',
-           'encode_pair', 'continuation_scores', 'score_multiple_choice', 'fewshot_indices', 'evaluate_core_item',
-           'evaluate_core_task', 'core_score', 'letter_token_ids', 'run_categorical', 'run_generative', 'pass_at_k',
-           'main']
+__all__ = ['CORE_TASK_TYPES', 'evaluate_bpb', 'deal_batches', 'unigram_byte_bpb', 'unigram_token_bpb', 'evaluate_bpb_exact',
+           'centered_accuracy', 'core_prompts', 'encode_pair', 'continuation_scores', 'score_multiple_choice',
+           'fewshot_indices', 'evaluate_core_item', 'evaluate_core_task', 'core_score', 'letter_token_ids',
+           'run_categorical', 'run_generative', 'pass_at_k', 'main']
 
 # %% ../nbs/09_eval.ipynb #7b5e5899
 @torch.no_grad()
@@ -40,6 +40,28 @@ def evaluate_bpb(model, batches, steps: int, token_bytes: torch.Tensor) -> float
         for t in (nats, nbytes): dist.all_reduce(t)
     if nbytes.item() == 0: raise ValueError("no bytes were scored: are all targets special tokens or masked?")
     return (nats / (math.log(2) * nbytes)).item()
+
+# %% ../nbs/09_eval.ipynb #ccf65f9d
+def deal_batches(batches, n_rows: int, rank: int = 0, world_size: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's share of the first `n_rows` rows of the iterator `batches` of (inputs, targets), each (B, T) int64:
+    the rows regrouped into batches of B (B of the first batch), batch i going to rank i % world_size. Every rank gets
+    ceil(n_batches / world_size) batches of shape (B, T); the missing ones, and the missing rows of the last batch, are
+    padding rows with inputs 0 and targets -1 (scored as nothing). ValueError if n_rows < 1 or rank is out of range."""
+    if n_rows < 1: raise ValueError(f"n_rows must be >= 1, got {n_rows}")
+    if not 0 <= rank < world_size: raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
+    xs, ys, have = [], [], 0
+    while have < n_rows:
+        x, y = next(batches)
+        xs.append(x); ys.append(y); have += x.size(0)
+    B, T = xs[0].shape
+    x, y = torch.cat(xs)[:n_rows], torch.cat(ys)[:n_rows]
+    n_batches = -(-n_rows // B)
+    pad = n_batches * B - n_rows
+    if pad:
+        x = torch.cat([x, x.new_zeros(pad, T)]); y = torch.cat([y, y.new_full((pad, T), -1)])
+    out = [(x[i * B:(i + 1) * B], y[i * B:(i + 1) * B]) for i in range(rank, n_batches, world_size)]
+    while len(out) < -(-n_batches // world_size): out.append((x.new_zeros(B, T), y.new_full((B, T), -1)))
+    return out
 
 # %% ../nbs/09_eval.ipynb #b482bbf5
 def unigram_byte_bpb(texts) -> float:
@@ -71,6 +93,54 @@ def _encoded(tokenizer, texts, keep_text=False, batch=256):
     texts = list(texts)
     ids = [x for i in range(0, len(texts), batch) for x in tokenizer.encode(texts[i:i+batch])]
     return (texts, ids) if keep_text else ids
+
+# %% ../nbs/09_eval.ipynb #d8be3c2f
+def _dist_rank_world(rank, world_size) -> tuple[int, int]:
+    "(rank, world_size) of the default process group for the ones given as None (0, 1 without one)."
+    on = dist.is_available() and dist.is_initialized()
+    return (dist.get_rank() if on else 0) if rank is None else rank, (dist.get_world_size() if on else 1) if world_size is None else world_size
+
+@torch.no_grad()
+def evaluate_bpb_exact(model, tokenizer, docs, sequence_len: int | None = None, batch_size: int = 8, rank: int | None = None,
+                       world_size: int | None = None, copies: int = 1, device=None) -> dict:
+    """Bits per byte of `model` on every token of every document of `docs` (an iterable of str), each exactly once.
+
+    Each document is encoded as `<|bos|>` + its tokens and cut into pieces of `<|bos|>` + at most `sequence_len`
+    (default `model.config.sequence_len`) tokens, one (`batch_size`, `sequence_len`) row each, right-padded with
+    targets -1; every token of the document is a target once (the BOS never is). Documents i with i % world_size ==
+    rank are scored here (default: the default process group's rank and size); every rank runs the same number of
+    forward passes, and the sums are all-reduced over the default group and divided by `copies`, the number of ranks
+    that score the same documents (tensor/pipeline/context-parallel copies of one data rank).
+    `model(x, y, loss_reduction='none')` returns per-token nats (B, T). Returns {"bpb", "nats", "bytes", "tokens",
+    "docs"} over the whole split; "bytes" equals sum(len(d.encode('utf-8'))). ValueError if no byte was scored."""
+    device = torch.device(device or next(model.parameters()).device)
+    T = sequence_len or model.config.sequence_len
+    rank, world_size = _dist_rank_world(rank, world_size)
+    if not 0 <= rank < world_size: raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
+    if T < 1 or batch_size < 1 or copies < 1: raise ValueError("sequence_len, batch_size and copies must be >= 1")
+    bos, token_bytes = tokenizer.bos_token_id, tokenizer.token_bytes().to(device)
+    mine = [d for i, d in enumerate(docs) if i % world_size == rank]
+    pieces = [[bos] + ids[j:j + T] for ids in _encoded(tokenizer, mine) for j in range(0, len(ids), T)]
+    on = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    n = torch.tensor(-(-len(pieces) // batch_size), device=device)
+    if on: dist.all_reduce(n, op=dist.ReduceOp.MAX)     # the same number of (possibly collective) forwards everywhere
+    sums = torch.zeros(4, dtype=torch.float64, device=device)   # nats, bytes, tokens, docs
+    sums[3] = len(mine)
+    for i in range(int(n)):
+        x = torch.full((batch_size, T), bos, dtype=torch.long)
+        y = torch.full((batch_size, T), -1, dtype=torch.long)
+        for r, p in enumerate(pieces[i * batch_size:(i + 1) * batch_size]):
+            x[r, :len(p) - 1] = torch.tensor(p[:-1]); y[r, :len(p) - 1] = torch.tensor(p[1:])
+        x, y = x.to(device), y.to(device)
+        loss = model(x, y, loss_reduction="none").double()
+        b = torch.where(y >= 0, token_bytes[y.clamp(min=0)], 0)
+        sums[0] += (loss * (b > 0)).sum(); sums[1] += b.sum(); sums[2] += (y >= 0).sum()
+    if on: dist.all_reduce(sums)
+    sums = (sums / copies).cpu()
+    if sums[1] == 0: raise ValueError("no bytes were scored: are the documents empty?")
+    nats, nbytes = sums[0].item(), int(round(sums[1].item()))
+    return dict(bpb=nats / (math.log(2) * nbytes), nats=nats, bytes=nbytes, tokens=int(round(sums[2].item())),
+                docs=int(round(sums[3].item())))
 
 # %% ../nbs/09_eval.ipynb #06e9f01b
 CORE_TASK_TYPES = ("multiple_choice", "schema", "language_modeling")

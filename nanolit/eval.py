@@ -288,27 +288,46 @@ def run_categorical(model, tokenizer, task, max_items: int | None = None, device
     counts = _all_reduce_sum(counts.to(device)).cpu()
     return (counts[0] / counts[1]).item()
 
+def _outcome(task, conv, text) -> str:
+    "'passed' or why `text` failed: `task.outcome` when the task has one, else 'passed'/'wrong' from `task.evaluate`."
+    if hasattr(task, "outcome"): return str(task.outcome(conv, text))
+    return "passed" if task.evaluate(conv, text) else "wrong"
+
 def run_generative(engine, tokenizer, task, num_samples: int = 1, max_new_tokens: int = 256, temperature: float = 0.0,
                    top_k: int | None = None, max_items: int | None = None, k: int = 1, seed: int = 42, rank=None,
-                   world_size=None) -> dict:
-    """Sample `num_samples` completions per conversation with `engine.generate_batch` and judge each with
-    `task.evaluate(conv, text)`. Returns {"accuracy": share of items whose first sample is correct, "pass@k": mean
-    unbiased pass@k over items}. Rank-split, sums all-reduced (on CPU tensors: gloo) when a process group exists."""
+                   world_size=None, verbose: bool = True) -> dict:
+    """Sample `num_samples` completions per conversation with `engine.generate_batch` and judge each: its outcome is
+    `task.outcome(conv, text)` if the task has one ("passed" or the failure kind, e.g. "wrong", "no_answer",
+    "timeout", "exit_called"), else "passed"/"wrong" by `task.evaluate(conv, text)`. Returns {"accuracy": share of
+    items whose first sample passed, "pass@k": mean unbiased pass@k over items, "n_scored": items scored,
+    "n_samples": completions judged, "failures": {kind: completions that failed so}} and, if `verbose`, prints those
+    counts (rank 0). Rank-split, sums all-reduced (on CPU tensors: gloo) when a process group exists."""
     rank = dist.get_rank() if rank is None and dist.is_available() and dist.is_initialized() else (rank or 0)
     world_size = dist.get_world_size() if world_size is None and dist.is_available() and dist.is_initialized() else (world_size or 1)
     L = engine.model.config.sequence_len
     n = len(task) if max_items is None else min(max_items, len(task))
-    sums = torch.zeros(3, dtype=torch.float64)
+    sums, failures = torch.zeros(4, dtype=torch.float64), Counter()
     for i in range(rank, n, world_size):
         conv = task[i]
         ids = tokenizer.render_for_completion(conv)[-(L - 1):]
         outs, _ = engine.generate_batch(ids, num_samples, max_tokens=min(max_new_tokens, L - len(ids)),
                                         temperature=temperature, top_k=top_k, seed=seed + i)
-        ok = [bool(task.evaluate(conv, tokenizer.decode(o))) for o in outs]
-        sums += torch.tensor([float(ok[0]), pass_at_k(len(ok), sum(ok), min(k, len(ok))), 1.0], dtype=torch.float64)
+        kinds = [_outcome(task, conv, tokenizer.decode(o)) for o in outs]
+        ok = [kd == "passed" for kd in kinds]
+        failures.update(kd for kd in kinds if kd != "passed")
+        sums += torch.tensor([float(ok[0]), pass_at_k(len(ok), sum(ok), min(k, len(ok))), 1.0, len(ok)], dtype=torch.float64)
     dev = next(engine.model.parameters()).device
     sums = _all_reduce_sum(sums.to(dev)).cpu()
-    return {"accuracy": (sums[0] / sums[2]).item(), f"pass@{k}": (sums[1] / sums[2]).item()}
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        parts = [None] * dist.get_world_size(); dist.all_gather_object(parts, dict(failures))
+        failures = sum((Counter(p) for p in parts), Counter())
+    failures = dict(sorted(failures.items()))
+    n_scored, n_samples = int(sums[2]), int(sums[3])
+    if verbose and rank == 0:
+        print(f"{type(task).__name__}: {n_scored} scored ({n_samples} completions), {sum(failures.values())} failed"
+              + (": " + ", ".join(f"{kd} {c}" for kd, c in failures.items()) if failures else ""))
+    return {"accuracy": (sums[0] / sums[2]).item(), f"pass@{k}": (sums[1] / sums[2]).item(), "n_scored": n_scored,
+            "n_samples": n_samples, "failures": failures}
 
 # %% ../nbs/09_eval.ipynb #e4047e4f
 def pass_at_k(n: int, c: int, k: int) -> float:

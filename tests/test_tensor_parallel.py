@@ -236,3 +236,45 @@ def test_dtensor_matches_hand_built(world, sp, T_):
         (lh, sdh, zh), (ld, sdd, zd) = out["hand"], out["dtensor"]
         torch.testing.assert_close(ld, lh, **TOL); torch.testing.assert_close(zd, zh, **TOL)
         for k in sdh: torch.testing.assert_close(sdd[k], sdh[k], **TOL, msg=lambda m: f"{k}: {m}")
+
+
+MAX_NORM = 0.05
+
+
+def _clip_run(tp, sp):
+    """One backward at tp (dp = world / tp) for each tensor-parallel path and each clip entry point: the global norm
+    and the clipped gradients gathered to full shapes, next to one process's torch.nn.utils.clip_grad_norm_."""
+    from nanolit.parallel.data_parallel import clip_grad_norm_
+    from nanolit.parallel.tensor_parallel import _full_like_param, loss_context, parallelize_dtensor
+    _fp64()
+    mesh = init_mesh(tp=tp)
+    dp, dpr = mesh.size("dp"), mesh.local_rank("dp")
+    g = torch.Generator().manual_seed(1)
+    xb, yb = (torch.randint(0, CFG["vocab_size"], (B, 12), generator=g) for _ in range(2))   # DTensor sp: T % tp == 0
+    ref = _gpt(); ref(xb, yb).backward()
+    ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), MAX_NORM)
+    out = dict(ref=(ref_norm, {n: p.grad.clone() for n, p in ref.named_parameters()}))
+    n = B // dp
+    for style, build in (("hand", parallelize), ("dtensor", parallelize_dtensor)):
+        for name, clip in (("tp", lambda ps: clip_grad_norm_tp_(ps, MAX_NORM, mesh.group("tp"))),
+                           ("dp", lambda ps: clip_grad_norm_(ps, MAX_NORM))):
+            model = build(_gpt(), mesh, sp=sp)
+            with loss_context(model): model(xb[dpr * n:(dpr + 1) * n], yb[dpr * n:(dpr + 1) * n]).backward()
+            if dp > 1: allreduce_gradients(model.parameters(), mesh.group("dp"))
+            norm = clip(list(model.parameters()))
+            out[f"{style}/{name}"] = (norm, {k: _full_like_param(p.grad, p) for k, p in model.named_parameters()})
+    return out
+
+
+@pytest.mark.parametrize("world,tp,sp", [(2, 2, False), (2, 2, True), (4, 2, False), (4, 2, True)])
+def test_clip_grad_norm_both_tp_paths(world, tp, sp):
+    """clip_grad_norm_tp_ and 06b's clip_grad_norm_ on `parallelize` and `parallelize_dtensor` models (tp, dp x tp,
+    with and without sp): the global norm and the clipped gradients equal one process's (each replica counted once;
+    the DTensor embedding gradient is Replicate although its weight is Shard(0))."""
+    for out in run_distributed(_clip_run, world, tp, sp):
+        ref_norm, ref_grads = out.pop("ref")
+        assert ref_norm > 4 * MAX_NORM                      # the clip is active
+        for what, (norm, grads) in out.items():
+            torch.testing.assert_close(norm, ref_norm, **TOL, msg=lambda m: f"{what} norm: {m}")
+            assert set(grads) == set(ref_grads), what
+            for k in ref_grads: torch.testing.assert_close(grads[k], ref_grads[k], **TOL, msg=lambda m: f"{what} {k}: {m}")

@@ -24,22 +24,29 @@ def group_size(group=None) -> int:
     if not (dist.is_available() and dist.is_initialized()): return 1
     return dist.get_world_size(group)
 
+def _local(t: Tensor) -> Tensor:
+    "This rank's tensor behind `t`: a DTensor's local shard (aliasing its storage, so in-place collectives update it), else `t`."
+    from torch.distributed.tensor import DTensor
+    return t.to_local() if isinstance(t, DTensor) else t
+
 def allreduce_gradients(params, group=None) -> None:
     """Average `p.grad` over the ranks of `group` in place, one `all_reduce` per parameter (the naive rung).
-    Parameters without a gradient are skipped (they must be skipped on every rank). No-op on one rank."""
+    Parameters without a gradient are skipped (they must be skipped on every rank). A DTensor gradient (a tensor-parallel
+    shard, replicated over `group`) has its local shard averaged. No-op on one rank."""
     world = group_size(group)
     if world == 1: return
     for p in params:
         if p.grad is None: continue
-        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)
-        p.grad.div_(world)
+        g = _local(p.grad)
+        dist.all_reduce(g, op=dist.ReduceOp.SUM, group=group)
+        g.div_(world)
 
 def broadcast_parameters(module: nn.Module, src: int = 0, group=None) -> None:
     """Copy rank `src`'s parameters and buffers to every rank of `group` in place (one `broadcast` each), so all
-    replicas start identical. `src` is a global rank. No-op on one rank; every rank must call it (a collective)."""
+    replicas start identical (DTensors: their local shards). `src` is a global rank. No-op on one rank; every rank must call it (a collective)."""
     if group_size(group) == 1: return
     with torch.no_grad():
-        for t in list(module.parameters()) + list(module.buffers()): dist.broadcast(t, src=src, group=group)
+        for t in list(module.parameters()) + list(module.buffers()): dist.broadcast(_local(t), src=src, group=group)
 
 def replicas_max_diff(module: nn.Module, group=None) -> float:
     """Largest absolute difference (float, in parameter units) of any parameter element across the ranks of `group`
@@ -48,7 +55,7 @@ def replicas_max_diff(module: nn.Module, group=None) -> float:
     worst = 0.0
     with torch.no_grad():
         for p in module.parameters():
-            hi, lo = p.detach().clone(), p.detach().clone()
+            hi, lo = _local(p.detach()).clone(), _local(p.detach()).clone()
             dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group); dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=group)
             worst = max(worst, (hi - lo).abs().max().item())
     return worst
@@ -341,30 +348,51 @@ def apply_fsdp(model: nn.Module, mesh=None, units=None, reshard_after_forward: b
     return model
 
 # %% ../../nbs/06b_data_parallel.ipynb #1c7b0e9b
+def _shard_groups(p: Tensor, g: Tensor, group, sharded: bool) -> tuple:
+    """The process groups over which the gradient `g` of `p` is split into disjoint pieces: its squares are summed over
+    them. A DTensor says so itself: the mesh dims where it is `Shard` (a `Replicate` dim holds copies, counted once);
+    a plain tensor tagged `_tp_group` (06c's hand-built tensor-parallel shards) is a piece over that group; any other
+    plain tensor is a replica, or with `sharded` a piece over `group`. () means this rank holds the whole gradient."""
+    from torch.distributed.tensor import DTensor
+    if isinstance(g, DTensor):
+        if any(pl.is_partial() for pl in g.placements):
+            raise ValueError(f"a gradient of shape {tuple(g.shape)} is a Partial DTensor (unreduced sums): reduce it first")
+        return tuple(g.device_mesh.get_group(i) for i, pl in enumerate(g.placements) if pl.is_shard() and g.device_mesh.size(i) > 1)
+    tp = getattr(p, "_tp_group", None) if getattr(p, "_tp_dim", None) is not None else None
+    out = (tp,) if tp is not None and group_size(tp) > 1 else ()
+    return out + ((group,) if sharded and group_size(group) > 1 else ())
+
 @torch.no_grad()
 def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = False) -> Tensor:
     """Clip gradients in place to global L2 norm `max_norm` (torch.nn.utils.clip_grad_norm_'s rule: multiply by
-    min(1, max_norm / (norm + 1e-6))); returns the global norm before clipping as a 0-D fp32 tensor.
+    min(1, max_norm / (norm + 1e-6))); returns the global norm before clipping as a 0-D tensor (fp64 if any gradient
+    is, else fp32), the same on every rank.
 
     `params`: parameters (their `.grad`, after synchronisation), or a `ZeroMuonAdamW` (clips its reduced shards).
-    `sharded=True`: each rank of `group` holds a disjoint piece, so squared norms are summed over `group`.
-    DTensor gradients (FSDP2) are treated as sharded over their own mesh. Raises ValueError if `max_norm <= 0` or
-    DTensor and plain gradients are mixed."""
+    Every element of the whole model's gradient is counted once, whatever the layout: a DTensor gradient (FSDP2,
+    DTensor tensor parallel, both) is summed over the mesh dims where it is sharded and not over those where it is
+    replicated; a hand-tagged tensor-parallel shard (`_tp_group`) over its group; a plain tensor is a replica, or
+    with `sharded=True` a disjoint piece held by each rank of `group`. Every rank must pass the same list of
+    parameters (one all-reduce per distinct set of groups). ValueError if `max_norm <= 0` or a gradient is a
+    Partial DTensor."""
     if not max_norm > 0: raise ValueError(f"max_norm must be > 0, got {max_norm}")
     if isinstance(params, ZeroMuonAdamW): return params.clip_grad_norm_(max_norm)
     if isinstance(params, Tensor): params = [params]
-    grads = [p.grad for p in params if p.grad is not None]
-    from torch.distributed.tensor import DTensor
-    n_dt = sum(isinstance(g, DTensor) for g in grads)
-    if n_dt and n_dt != len(grads): raise ValueError("cannot mix DTensor (sharded) and plain gradients")
-    if n_dt:
-        meshes = {id(g.device_mesh) for g in grads}
-        if len(meshes) > 1: raise ValueError("DTensor gradients on different meshes")
-        group, sharded, local = grads[0].device_mesh.get_group(), True, [g.to_local() for g in grads]
-    else: local = grads
-    sq = torch.stack([g.float().pow(2).sum() for g in local]).sum() if local else torch.zeros(())
-    if sharded and group_size(group) > 1: dist.all_reduce(sq, group=group)
-    total = sq.sqrt()
+    pairs = [(p, p.grad) for p in params if p.grad is not None]
+    local = [_local(g) for _, g in pairs]          # scaled in place below: a DTensor's shard aliases its storage
+    acc = torch.float64 if any(g.dtype == torch.float64 for g in local) else torch.float32
+    dev = local[0].device if local else "cpu"
+    parts = {}                                     # groups to sum over -> (groups, this rank's sum of squares)
+    for (p, g), l in zip(pairs, local):
+        gs = _shard_groups(p, g, group, sharded)
+        key = tuple(id(x) for x in gs)
+        if key not in parts: parts[key] = (gs, torch.zeros((), dtype=acc, device=dev))
+        parts[key][1].add_(l.detach().to(acc).pow(2).sum())
+    total = torch.zeros((), dtype=acc, device=dev)
+    for gs, sq in parts.values():
+        for x in gs: dist.all_reduce(sq, group=x)
+        total += sq
+    total = total.sqrt()
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for g in grads: g.mul_(coef.item() if n_dt else coef.to(g.dtype))
+    for l in local: l.mul_(coef.to(l.dtype))
     return total

@@ -18,6 +18,7 @@ from torch import Tensor
 from ..core import detect_compute_dtype
 from ..model import GPT, CausalSelfAttention, MLP, norm
 from ..optim import MuonAdamW, muon_step_, newton_schulz, polar_express, polar_svd
+from .data_parallel import clip_grad_norm_
 
 # %% auto #0
 __all__ = ['tp_world', 'tp_rank', 'shard_size', 'pad_dim', 'shard_tensor', 'count_comm', 'CopyToTensorParallelRegion',
@@ -467,20 +468,11 @@ def tensor_parallel_optimizer(optimizer: MuonAdamW) -> TensorParallelMuonAdamW:
 def clip_grad_norm_tp_(params, max_norm: float, tp_group=None) -> Tensor:
     """Clip gradients in place by the global L2 norm of the whole (unsharded) model's gradient, returned as a 0-D
     tensor (fp32, fp64 if any gradient is); same rule as `torch.nn.utils.clip_grad_norm_` (scale max_norm/(norm+1e-6)).
-    Sharded parameters (`_tp_dim`) contribute their squares summed over `tp_group`; replicated ones once."""
-    params = [p for p in params if p.grad is not None]
-    dev = params[0].grad.device if params else "cpu"
-    acc = torch.float64 if any(p.grad.dtype == torch.float64 for p in params) else torch.float32
-    sharded = torch.zeros((), dtype=acc, device=dev); repl = torch.zeros((), dtype=acc, device=dev)
-    for p in params:
-        sq = p.grad.detach().to(acc).pow(2).sum()
-        if getattr(p, "_tp_dim", None) is not None: sharded += sq
-        else: repl += sq
-    if tp_world(tp_group) > 1: sharded = _all_reduce(sharded, tp_group)
-    total = (sharded + repl).sqrt()
-    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for p in params: p.grad.mul_(scale.to(p.grad.dtype))
-    return total
+    For both tensor-parallel paths, `parallelize` and `parallelize_dtensor`: it is 06b's `clip_grad_norm_`, which reads
+    each gradient's layout (hand-tagged shards summed over their `_tp_group`, DTensors over their `Shard` mesh dims,
+    replicas counted once). `tp_group` is not needed (every shard carries its own group); kept for existing callers.
+    ValueError if `max_norm <= 0`."""
+    return clip_grad_norm_(params, max_norm)
 
 def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """The model's state dict with every tensor-parallel shard gathered to its full, unpadded shape (DTensors via

@@ -135,10 +135,12 @@ def _gpt_cp_run(T):
     for (n, a), b in zip(m.named_parameters(), ref.parameters()): assert_close(a.detach(), b.detach(), **TOL, msg=n)
     assert m.cos.shape == ref.cos.shape and m.blocks[0].attn.attn_fn is ref.blocks[0].attn.attn_fn   # restored
     assert ref_losses[-1] < ref_losses[0]
-    return ref_losses
+    return True
 
 
 @pytest.mark.parametrize("T", [16, 13])
 def test_gpt_cp2_trains_like_one_process(T):
     res = run_distributed(_gpt_cp_run, 2, T, timeout=90)
-    assert res[0] == res[1]
+    # each rank compared its own parameters (and the losses) with the one-process model inside _gpt_cp_run; the ranks'
+    # reference losses are equal by construction, so comparing them across ranks would test nothing
+    assert res == [True, True]

@@ -150,9 +150,11 @@ def _gpt_ep_run():
         if n.endswith("w_fc") or n.endswith("w_proj"): want = want[r * 2:(r + 1) * 2]
         assert_close(p.detach(), want.detach(), **TOL)
     assert ref_losses[-1] < ref_losses[0]
-    return ref_losses
+    return True
 
 
 def test_gpt_moe_ep2_trains_like_one_process():
     res = run_distributed(_gpt_ep_run, 2, timeout=90)
-    assert res[0] == res[1]
+    # each rank compared its own parameters (and the losses) with the one-process model inside _gpt_ep_run; the ranks'
+    # reference losses are equal by construction, so comparing them across ranks would test nothing
+    assert res == [True, True]

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from nanolit.parallel.mesh import run_distributed
+from _helpers import fp64
 
 T = 64
 
@@ -40,12 +41,9 @@ def _own_model(module):
     return seen, lambda: setattr(module, "broadcast_parameters", orig)
 
 
-def _fp64(fn):
-    "Run fn() with fp64 compute and default dtype (layouts then agree to ~1e-12: differences are bugs, not rounding)."
-    os.environ["NANOLIT_DTYPE"] = "float64"
-    torch.set_default_dtype(torch.float64)
-    try: return fn()
-    finally: torch.set_default_dtype(torch.float32); os.environ.pop("NANOLIT_DTYPE", None)
+def _fp64(base, fn):
+    "fn() in float64 (tests/_helpers.py `fp64`: why): layouts then differ by rounding only, ~1e-12, so a difference is a bug."
+    with fp64(base): return fn()
 
 
 def _sft(base, run, total):
@@ -53,7 +51,7 @@ def _sft(base, run, total):
     import nanolit.sft as S
     seen, restore = _own_model(S)
     try:
-        res = _fp64(lambda: S.sft(S.SFTConfig(tag=run, source_tag="tiny_sft", sources="identity", device_batch_size=2,
+        res = _fp64(base, lambda: S.sft(S.SFTConfig(tag=run, source_tag="tiny_sft", sources="identity", device_batch_size=2,
                                               total_batch_size=total, num_iterations=3, eval_every=-1, eval_batches=2,
                                               chat_eval_every=0, progress=False)))
     finally: restore()
@@ -100,7 +98,7 @@ def _rl(base, jsonl, tag):
     real_reward = R.reward
     R.reward = lambda task, conv, completion: real_reward(_Judge(), conv, completion)
     try:
-        res = _fp64(lambda: R.rl(R.RLConfig(tag=tag, source_stage="base", source_tag="tiny_sft", gsm8k_source=str(jsonl),
+        res = _fp64(base, lambda: R.rl(R.RLConfig(tag=tag, source_stage="base", source_tag="tiny_sft", gsm8k_source=str(jsonl),
                                             num_iterations=2, prompts_per_step=4, num_samples=4, max_new_tokens=6,
                                             temperature=0.7, top_k=20, eval_every=-1, eval_items=2, eval_k=2,
                                             chat_eval_tasks="", progress=False)))

@@ -28,11 +28,11 @@ from .tasks import (Task, MMLU, GSM8K, SpellingBee, TaskMixture, fetch_pypi, loa
                            fetch_online, eval_data_dir, load_model, SourceUnavailable)
 
 # %% auto #0
-__all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'main', 'chitchat_conversations', 'parse_chatterbot_yaml',
-           'chatterbot_conversations', 'hash_split', 'load_chitchat', 'load_chatterbot', 'identity_conversations',
-           'gsm8k_split', 'gsm8k_pool', 'Conversations', 'sft_mixture', 'best_fit_rows', 'rows_to_batch',
-           'conversation_stream', 'sft_batches', 'sft_backward', 'masked_loss', 'IdentityCheck', 'chat_eval_tasks',
-           'chat_eval', 'SFTConfig', 'lineage_meta', 'sft']
+__all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main', 'chitchat_conversations',
+           'parse_chatterbot_yaml', 'chatterbot_conversations', 'hash_split', 'load_chitchat', 'load_chatterbot',
+           'identity_conversations', 'gsm8k_split', 'gsm8k_pool', 'Conversations', 'source_names', 'sft_mixture',
+           'trained_keys', 'best_fit_rows', 'rows_to_batch', 'conversation_stream', 'sft_batches', 'sft_backward',
+           'masked_loss', 'IdentityCheck', 'chat_eval_tasks', 'chat_eval', 'SFTConfig', 'lineage_meta', 'sft']
 
 # %% ../nbs/12_sft.ipynb #5259864a
 CHITCHAT = "chitchat-dataset==0.9.0"
@@ -201,14 +201,18 @@ class Conversations(Task):
         "Always TypeError: free conversations have no right answer to judge against."
         raise TypeError("plain conversations have no judge")
 
+def source_names(sources: str | list[str]) -> list[str]:
+    "The source names of a comma-separated string or a list, stripped, empty ones dropped."
+    names = sources.split(",") if isinstance(sources, str) else list(sources)
+    return [s.strip() for s in names if s.strip()]
+
 def sft_mixture(sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee",
                 weights: list[float] | None = None, max_per_source: int = -1, gsm8k_source: str = "offline",
                 spellingbee_size: int = 500, val_per_source: int = 100, seed: int = 42) -> tuple[TaskMixture, TaskMixture, dict]:
     """(train mixture, val mixture, {source: (n_train, n_val)}) of SFT conversations from `sources` (names as
     above, comma-separated or a list). `max_per_source` caps each source's train items (-1: all). Missing packages or
     eval data raise SourceUnavailable / FileNotFoundError naming the source."""
-    names = [s.strip() for s in sources.split(",")] if isinstance(sources, str) else list(sources)
-    names = [s for s in names if s]
+    names = source_names(sources)
     if not names: raise ValueError("no SFT sources given")
     train, val, counts = [], [], {}
     for name in names:
@@ -236,6 +240,23 @@ def sft_mixture(sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gs
     w = [1.0] * len(train) if weights is None else list(weights)
     if len(w) != len(train): raise ValueError(f"{len(w)} weights for {len(train)} sources")
     return TaskMixture(train, w, seed=seed), TaskMixture(val or [Conversations([])], seed=seed), counts
+
+
+SOURCE_EVAL_TASK = {"mmlu": "mmlu", "gsm8k": "gsm8k", "spellingbee": "spellingbee"}   # SFT source -> chat eval task it overlaps
+
+def trained_keys(mixture: TaskMixture, names: str | list[str]) -> dict[str, list[str]]:
+    """{chat eval task: sorted item keys (`Task.item_key`)} of the items `mixture` really holds (weights and caps
+    applied) from the sources that are eval-task kinds (`SOURCE_EVAL_TASK`). `mixture` is the train mixture of
+    `sft_mixture(names)` (one task per name, in order): what a model trained on it must never be scored on."""
+    names, out = source_names(names), {}
+    if len(names) != len(mixture.tasks): raise ValueError(f"{len(names)} source names for {len(mixture.tasks)} tasks")
+    used = {}
+    for t, j in mixture.items: used.setdefault(t, set()).add(j)
+    for t, name in enumerate(names):
+        if name in SOURCE_EVAL_TASK:
+            task = mixture.tasks[t]
+            out.setdefault(SOURCE_EVAL_TASK[name], set()).update(task.item_key(task.items[j]) for j in used.get(t, ()))
+    return {k: sorted(v) for k, v in out.items()}
 
 # %% ../nbs/12_sft.ipynb #60fd181a
 def best_fit_rows(seqs: Iterable[tuple[list[int], list[int]]], row_len: int, buffer_size: int = 64,
@@ -339,8 +360,10 @@ class IdentityCheck(Task):
         "True iff `completion` (str) contains 'nanolit', case-insensitively."
         return "nanolit" in completion.lower()
 
-def chat_eval_tasks(names: str = "identity,mmlu,gsm8k,spellingbee", gsm8k_source: str = "offline") -> dict:
-    "{name: Task} for the SFT/RL chat eval: identity, MMLU test, held-out GSM8K, SpellingBee test; unavailable ones skipped."
+def chat_eval_tasks(names: str = "identity,mmlu,gsm8k,spellingbee", gsm8k_source: str = "offline",
+                    exclude: dict | None = None) -> dict:
+    """{name: Task} for the SFT/RL chat eval: identity, MMLU test, held-out GSM8K, SpellingBee test; unavailable ones
+    skipped. `exclude`: {task: item keys} to drop (`Task.exclude`), the model's `trained_on` record."""
     out = {}
     for n in [s.strip() for s in names.split(",") if s.strip()]:
         try:
@@ -349,18 +372,26 @@ def chat_eval_tasks(names: str = "identity,mmlu,gsm8k,spellingbee", gsm8k_source
             elif n == "gsm8k": out[n] = GSM8K(gsm8k_pool(gsm8k_source, record=False)[1])
             elif n == "spellingbee": out[n] = SpellingBee(load_words(), "test", 200)
             else: raise ValueError(f"unknown chat eval task {n!r}")
-        except (FileNotFoundError, SourceUnavailable) as e: print0(f"chat eval: {n} unavailable ({e})")
+        except (FileNotFoundError, SourceUnavailable) as e: print0(f"chat eval: {n} unavailable ({e})"); continue
+        out[n].exclude((exclude or {}).get(n, ()))
     return out
 
 def chat_eval(model, tokenizer, tasks: dict, max_items: int = 20, max_new_tokens: int = 128) -> list[dict]:
-    "Rows {task, type, n, accuracy} of greedy accuracy on at most `max_items` items of each task (rank-split when distributed)."
+    """Rows {task, type, n_scored, n_excluded, accuracy, failures} of greedy accuracy on at most `max_items` items of
+    each task (rank-split when distributed); `n_excluded`: items the task dropped (`Task.exclude`), `failures`:
+    "kind count; ..." (categorical: wrong answers). A task left with no item gets no row."""
     was = model.training; model.eval()
     engine, rows = Engine(model, tokenizer), []
     for name, task in tasks.items():
         n = min(max_items, len(task))
-        if task.eval_type == "categorical": acc = run_categorical(model, tokenizer, task, n)
-        else: acc = run_generative(engine, tokenizer, task, 1, max_new_tokens, 0.0, max_items=n)["accuracy"]
-        rows.append(dict(task=name, type=task.eval_type, n=n, accuracy=acc))
+        if n == 0: continue
+        if task.eval_type == "categorical":
+            acc = run_categorical(model, tokenizer, task, n); fails = {"wrong": round((1 - acc) * n)} if acc < 1 else {}
+        else:
+            r = run_generative(engine, tokenizer, task, 1, max_new_tokens, 0.0, max_items=n, verbose=False)
+            acc, fails = r["accuracy"], r["failures"]
+        rows.append(dict(task=name, type=task.eval_type, n_scored=n, n_excluded=getattr(task, "n_excluded", 0), accuracy=acc,
+                         failures="; ".join(f"{k} {v}" for k, v in fails.items())))
     model.train(was)
     return rows
 
@@ -404,15 +435,24 @@ class SFTConfig:
     sp: bool = False                 # sequence parallel on top of tp
 
 # %% ../nbs/12_sft.ipynb #988543cc
-def lineage_meta(cfg, src_meta: dict) -> dict:
+def lineage_meta(cfg, src_meta: dict, trained: dict | None = None) -> dict:
     """What a post-training checkpoint (SFT, RL) records about where it came from, for its `meta.json`: `source`
     (stage, tag, step of the checkpoint it started from), that checkpoint's `moe` settings and `tokenizer` record (the
-    architecture and the token ids it was trained with, so it loads and checks like its source), and `gsm8k_split`
-    (the GSM8K train/held-out split in `eval_data`, None if not built). `cfg` needs source_stage, source_tag, tag."""
+    architecture and the token ids it was trained with, so it loads and checks like its source), `gsm8k_split` (the
+    GSM8K train/held-out split in `eval_data`, None if not built), and `trained_on`: {chat eval task: sorted item keys}
+    of every eval item this model's lineage trained on, the source's record united with this stage's `trained`
+    (None: the GSM8K pool of `cfg.gsm8k_source`, all of it, which is what RL samples from; {} for none). `cfg` needs
+    source_stage, source_tag, tag (and gsm8k_source when `trained` is None)."""
+    if trained is None:
+        src = getattr(cfg, "gsm8k_source", None)
+        pool = GSM8K(gsm8k_pool(src, record=False)[0]) if src else GSM8K([])
+        trained = {"gsm8k": sorted({pool.item_key(it) for it in pool.items})} if len(pool) else {}
+    before = src_meta.get("trained_on") or {}
+    trained_on = {k: sorted(set(before.get(k, ())) | set(trained.get(k, ()))) for k in sorted(set(before) | set(trained))}
     split = eval_data_dir() / "gsm8k_split.json"
     return dict(source=dict(stage=cfg.source_stage, tag=cfg.source_tag or cfg.tag, step=src_meta.get("step")),
                 moe=src_meta.get("moe"), tokenizer=src_meta.get("tokenizer"),
-                gsm8k_split=json.loads(split.read_text()) if split.exists() else None)
+                gsm8k_split=json.loads(split.read_text()) if split.exists() else None, trained_on=trained_on)
 
 # %% ../nbs/12_sft.ipynb #e03cf0dc
 def _save_curves(history: dict, path, title: str, val_key: str = "loss"):
@@ -469,6 +509,8 @@ def sft(cfg: SFTConfig) -> dict:
     weights = [float(w) for w in cfg.weights.split(",")] if cfg.weights else None
     train_mix, val_mix, counts = sft_mixture(cfg.sources, weights, cfg.max_per_source, cfg.gsm8k_source, seed=cfg.seed)
     if len(train_mix) == 0: raise ValueError(f"the SFT mixture {cfg.sources!r} is empty")
+    # what this model has now trained on, its source's record included: no eval of it may score those items
+    lineage = lineage_meta(cfg, src_meta, trained_keys(train_mix, cfg.sources))
     num_steps = cfg.num_iterations
     if num_steps <= 0:   # epochs over the mixture: its trained-on tokens (capped at a row each) / tokens per step
         tokens = sum(min(len(tok.render_conversation(train_mix[i], T + 1)[0]), T + 1) for i in range(len(train_mix)))
@@ -480,7 +522,7 @@ def sft(cfg: SFTConfig) -> dict:
                                 unembedding_lr=cfg.unembedding_lr * lr, scalar_lr=cfg.scalar_lr * lr,
                                 weight_decay=cfg.weight_decay, model_dim=gcfg.n_embd)
     if tp > 1: optimizer = tensor_parallel_optimizer(optimizer)
-    eval_tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source) if cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0 else {}
+    eval_tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]) if cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0 else {}
     print0(f"SFT from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: {n_params:,} params, T {T} | mixture "
            + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in counts.items()) + f" (train/val) | world {world} (dp {dp_size} x tp {tp}), accum {accum}, {num_steps} steps")
 
@@ -533,7 +575,7 @@ def sft(cfg: SFTConfig) -> dict:
     state = full_state_dict(model) if tp > 1 else model.state_dict()   # collective under tp: every rank
     if rank == 0:
         meta = dict(config=asdict(cfg), model_config=asdict(gcfg), history=history, counts=counts, chat_eval=rows,
-                    **lineage_meta(cfg, src_meta), world_size=world, accum=accum, tp=tp)
+                    **lineage, world_size=world, accum=accum, tp=tp)
         save_checkpoint(ckpt_dir, num_steps, state, None, meta, keep_last=1)
         _save_curves(history, ckpt_dir / "loss.png", "SFT")
         (ckpt_dir / "sft_result.json").write_text(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1))

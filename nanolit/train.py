@@ -34,7 +34,7 @@ from .parallel.context_parallel import cp_shard, context_parallel
 from .checkpoint import (checkpoint_dir, load_checkpoint, find_last_step, save_dcp_checkpoint, list_checkpoints,
                                 load_dcp_checkpoint, is_dcp_checkpoint, clean_stale_temps, _step_dir, _remove_checkpoint,
                                 _param_groups_json)
-from .eval import evaluate_bpb, unigram_byte_bpb, unigram_token_bpb
+from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_bpb, unigram_token_bpb
 
 # %% auto #0
 __all__ = ['MAX_SEQUENCE_LEN', 'DP_MODES', 'PARAM_GROUP_ORDER', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'validate_config',
@@ -81,7 +81,7 @@ class TrainConfig:
     ep: int = 1                      # expert-parallel size (06e): experts split over ep ranks, tokens by all-to-all; composes with dp
     cp: int = 1                      # context-parallel size (06f): each sequence split over cp ranks, ring attention; composes with dp
     eval_every: int = 100            # steps between val bpb evaluations (-1: only at the end)
-    eval_tokens: int = 65536         # val tokens per evaluation (per rank: eval_tokens / world)
+    eval_tokens: int = 65536         # val tokens per periodic eval: the first ceil(eval_tokens / T) rows of the val stream, at any layout
     sample_every: int = -1           # steps between samples (-1: only at the end)
     save_every: int = -1             # steps between checkpoints (-1: only at the end)
     keep_last: int = 2               # checkpoints kept
@@ -369,7 +369,8 @@ def _save_plot(history, path):
 
 # %% ../nbs/11_train.ipynb #b9ec8ab9
 def train(cfg: TrainConfig) -> dict:
-    """Pretrain a GPT per `cfg` on this process or on every rank of a launch; returns {'history', 'final_val_bpb',
+    """Pretrain a GPT per `cfg` on this process or on every rank of a launch; returns {'history', 'final_val_bpb' (the
+    exact-once bpb of the whole val split, `evaluate_bpb_exact`; its counts in 'val_exact', also in the last meta.json),
     'tok_per_s', 'mfu', 'checkpoint', 'samples', 'replica_max_diff', ...} (or {'history', 'stopped_at', 'checkpoint'}
     after `stop_after`). The mesh is pp x dp x ep x cp x tp (`init_mesh`); dp = world / (pp ep cp tp). Checkpoints are
     DCP (`save_dcp_checkpoint`) in every mode; under tp, pp or ep they hold the gathered full tensors, so they load at any
@@ -510,16 +511,23 @@ def train(cfg: TrainConfig) -> dict:
         else: model.load_state_dict(sd)
 
     def run_eval():
-        # the same val batches at any layout: one stream of ceil(eval_tokens / (B T)) batches (rounded up to a multiple
-        # of the data ranks), dealt round-robin to the data ranks, so val bpb is comparable across world sizes
+        # the same val tokens at any layout: the first ceil(eval_tokens / T) rows of one val stream, in batches of B
+        # dealt round-robin to the data ranks; every rank runs as many forwards, the surplus ones on padding that
+        # scores nothing, so each row counts once whatever the number of data ranks
         model.eval()
         val = iter(DataLoader(tok, B, T, "val", rank=0, world_size=1, device=device, data_dir=data_dir,
                               buffer_size=cfg.loader_buffer))
-        steps = max(1, -(-cfg.eval_tokens // (B * T * data_size)))
-        mine = (b for i, b in enumerate(val) if i % data_size == data_rank)
-        bpb = evaluate_bpb(model, mine, steps, token_bytes)   # sums over all ranks: copies (tp, pp, cp) cancel in the ratio
+        mine = deal_batches(val, -(-cfg.eval_tokens // T), data_rank, data_size)
+        bpb = evaluate_bpb(model, iter(mine), len(mine), token_bytes)   # sums over all ranks: copies (tp, pp, cp) cancel
         model.train()
         return bpb
+
+    def run_eval_exact(docs):
+        # the final number: every token of every val document once (09_eval), documents dealt to the data ranks
+        model.eval()
+        out = evaluate_bpb_exact(model, tok, docs, T, B, data_rank, data_size, copies=world // data_size, device=device)
+        model.train()
+        return out
 
     def save(step):
         # every rank's loader and RNG state travel in meta.json; model and optimizer go through DCP from every rank
@@ -534,6 +542,7 @@ def train(cfg: TrainConfig) -> dict:
                     tokenizer=dict(vocab_size=tok.vocab_size, fingerprint=tok.fingerprint()),
                     loader_states=loader_states, rng_states=[g["rng"] for g in gathered], history=history,
                     world_size=world, dp_mode=cfg.dp_mode, tp=tp, sp=cfg.sp, pp=pp, ep=ep, cp=cp, lr_step=step,
+                    **(dict(val_exact=val_exact) if val_exact else {}),
                     torch=torch.__version__, git_commit=git_commit())
         # model-parallel tensors are plain tensors DCP would take for replicas: save the gathered full tensors instead
         if pipe:
@@ -550,7 +559,7 @@ def train(cfg: TrainConfig) -> dict:
 
     bar = tqdm(total=num_steps, initial=start_step, disable=(rank != 0 or not cfg.progress), desc="train", dynamic_ncols=True)
     model.train()
-    t_train, tok_seen, smooth, samples = 0.0, 0, None, []
+    t_train, tok_seen, smooth, samples, val_exact = 0.0, 0, None, [], None
     # samples: rank 0 alone, except where every forward is collective (FSDP2, tp, ep): then all ranks sample alike
     all_sample = mode == "fsdp2" or tp > 1 or ep > 1
     for step in range(start_step, num_steps + 1):
@@ -562,6 +571,11 @@ def train(cfg: TrainConfig) -> dict:
             bpb = run_eval()
             history["val"].append(dict(step=step, bpb=bpb))
             bar.write(f"step {step:5d} | val bpb {bpb:.4f}") if rank == 0 else None
+        if last:                                   # and the exact-once number of the whole val split
+            val_docs = list(iter_documents("val", data_dir=data_dir, epochs=1))
+            val_exact = dict(step=step, **run_eval_exact(val_docs))
+            bar.write(f"step {step:5d} | val bpb {val_exact['bpb']:.4f} exact-once ({val_exact['docs']} documents, "
+                      f"{val_exact['bytes']:,} bytes)") if rank == 0 else None
         if do_sample and (rank == 0 or all_sample):
             model.eval(); samples = _sample(model, tok, SAMPLE_PROMPTS, device=device); model.train()
             for s in samples: bar.write("  > " + s.replace("\n", " ")) if rank == 0 else None
@@ -627,7 +641,7 @@ def train(cfg: TrainConfig) -> dict:
     bar.close()
     save(num_steps)
     tps = tok_seen / t_train if t_train > 0 else None   # None (JSON null) when no step after the first was timed
-    result = dict(history=history, final_val_bpb=history["val"][-1]["bpb"], tok_per_s=tps,
+    result = dict(history=history, final_val_bpb=val_exact["bpb"], val_exact=val_exact, tok_per_s=tps,
                   mfu=mfu(flops_per_token, tps, peak) if tps else None, n_params=n_params, num_steps=num_steps,
                   tokens_per_step=tokens_per_step, checkpoint=str(ckpt_dir), model_config=asdict(gcfg), moe=moe)
     # replicas never diverge: every dp rank that holds full parameters (or the same tp shard / stage) holds the same ones
@@ -636,7 +650,6 @@ def train(cfg: TrainConfig) -> dict:
     if rank == 0:
         result["samples"] = samples
         # the floor any model must beat: the byte-unigram entropy of the same val split (all of it)
-        val_docs = list(iter_documents("val", data_dir=data_dir, epochs=1))
         result["unigram_byte_bpb"] = unigram_byte_bpb(val_docs)
         # and the best context-free token model (token frequencies from up to 5M chars of train)
         train_docs, n = [], 0

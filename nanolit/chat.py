@@ -6,7 +6,7 @@ Docs: https://nanolit.github.io/nanolit/chat.html.md"""
 
 # %% ../nbs/14_chat.ipynb #79e92835
 from __future__ import annotations
-import asyncio, html, json, random, sys, threading, time
+import asyncio, html, json, logging, random, sys, threading, time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -98,11 +98,16 @@ def stream_reply(engine: Engine, tokens: list[int], stop: threading.Event | None
                  top_k: int | None = 50, max_tokens: int = 512, seed: int | None = None) -> Iterator[str]:
     """Yield the assistant reply to the prompt `tokens` as text pieces (whole UTF-8 characters) via
     `engine.stream_text`, ending at `<|assistant_end|>`, after `max_tokens` tokens, or when `stop` is set (checked
-    before each piece). seed None: a fresh random seed per reply."""
+    before each piece; the engine's generator is closed at once, freeing its KV cache). seed None: a fresh random seed
+    per reply."""
     seed = random.randrange(2**31) if seed is None else seed
-    for piece in engine.stream_text(tokens, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed):
-        if stop is not None and stop.is_set(): break
-        yield piece
+    pieces = engine.stream_text(tokens, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    try:
+        for piece in pieces:
+            if stop is not None and stop.is_set(): break
+            yield piece
+    finally:
+        if hasattr(pieces, "close"): pieces.close()   # ends the engine's generator now: its KV cache is freed
 
 # %% ../nbs/14_chat.ipynb #90fbba2f
 class ChatSession:
@@ -242,33 +247,64 @@ def _err(status: int, msg: str) -> JSONResponse: return JSONResponse({"error": m
 
 def _sse(obj) -> str: return "data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n"
 
+_log = logging.getLogger("nanolit.chat")
+
+async def _take_slot(slots: asyncio.Semaphore, request: Request, poll: float) -> bool:
+    """Acquire one of `slots` for `request`, or give up as soon as its client has disconnected (checked before, every
+    `poll` seconds while waiting, and right after acquiring). True: the slot is held; False: nothing is held."""
+    if await request.is_disconnected(): return False
+    acq, ok = asyncio.ensure_future(slots.acquire()), False
+    try:
+        while not acq.done():
+            await asyncio.wait({acq}, timeout=poll)
+            if not acq.done() and await request.is_disconnected(): return False
+        ok = not await request.is_disconnected()
+        return ok
+    finally:
+        if not ok:
+            acq.cancel()                           # a cancelled waiter gives a slot it was just handed back
+            if acq.done() and not acq.cancelled(): slots.release()
+
+class _StreamThenClose(StreamingResponse):
+    "A StreamingResponse that calls `on_close()` once the response is over: finished, failed, or the client gone."
+    def __init__(self, content, on_close: Callable[[], None], **kw):
+        super().__init__(content, **kw); self.on_close = on_close
+    async def __call__(self, scope, receive, send):
+        try: await super().__call__(scope, receive, send)
+        finally: self.on_close()
+
 def create_app(model, tokenizer: Tokenizer, engine: Engine | None = None, max_message_chars: int = 4000,
                max_turns: int = 32, max_concurrent: int = 2, max_queue: int = 16, max_tokens_limit: int = 1024,
-               max_body_bytes: int = 1_000_000, defaults: dict | None = None) -> FastAPI:
+               max_body_bytes: int = 1_000_000, defaults: dict | None = None,
+               disconnect_poll: float = 0.1) -> FastAPI:
     """FastAPI app: `GET /` the chat page, `GET /health` JSON status, `POST /chat/completions` with
     {"messages": [...], "temperature"?: 0..2, "top_k"?: int >= 0 (0 = off), "max_tokens"?: 1..max_tokens_limit,
     "seed"?: int} streaming `text/event-stream` events `{"token": str}` then `[DONE]` (`{"error": str}` if generation
     fails midway). At most `max_concurrent` generations run (each in a thread); up to `max_queue` more wait, beyond that
-    429. Errors are JSON {"error": msg}: 400 malformed JSON / fields / role order, 413 over a size limit, 422 bad
+    429. A client that disconnects is noticed within `disconnect_poll` seconds: while it waits it leaves the queue and
+    is never generated; while it streams its generation stops (freeing the slot and the KV cache). `app.state.stats`
+    (also in `GET /health`) counts running, waiting, completed, aborted_waiting and aborted_streaming requests; each
+    abort is one INFO line on the `nanolit.chat` logger. Errors are JSON {"error": msg}: 400 malformed JSON / fields / role order, 413 over a size limit, 422 bad
     sampling option. `engine` defaults to `Engine(model, tokenizer)`."""
     engine = engine or Engine(model, tokenizer)
     ctx = model.config.sequence_len
     defaults = {**dict(temperature=0.6, top_k=50, max_tokens=min(512, max_tokens_limit)), **(defaults or {})}
     app = FastAPI(title="nanolit chat")
-    st = dict(loop=None, sem=None, waiting=0, running=0)
+    st = app.state.stats = dict(running=0, waiting=0, completed=0, aborted_waiting=0, aborted_streaming=0)
+    slots = dict(loop=None, sem=None)
 
     def sem():   # one semaphore per event loop (TestClient may run a fresh loop per request)
         loop = asyncio.get_running_loop()
-        if st["loop"] is not loop: st["loop"], st["sem"] = loop, asyncio.Semaphore(max_concurrent)
-        return st["sem"]
+        if slots["loop"] is not loop: slots["loop"], slots["sem"] = loop, asyncio.Semaphore(max_concurrent)
+        return slots["sem"]
 
     @app.get("/", response_class=HTMLResponse)
     async def index(): return HTMLResponse(CHAT_HTML)
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "running": st["running"], "waiting": st["waiting"], "max_concurrent": max_concurrent,
-                "sequence_len": ctx, "vocab_size": model.config.vocab_size}
+        return {"status": "ok", **st, "max_concurrent": max_concurrent, "sequence_len": ctx,
+                "vocab_size": model.config.vocab_size}
 
     @app.post("/chat/completions")
     async def completions(request: Request):
@@ -305,31 +341,51 @@ def create_app(model, tokenizer: Tokenizer, engine: Engine | None = None, max_me
         if s.locked() and st["waiting"] >= max_queue:
             return _err(429, f"busy: {max_concurrent} generations running and {st['waiting']} waiting; retry later")
         st["waiting"] += 1
-        try: await s.acquire()
+        try: got = await _take_slot(s, request, disconnect_poll)
         finally: st["waiting"] -= 1
-        released = []
-        def release():
-            if not released: released.append(1); st["running"] -= 1; s.release()
+        if not got:                                # the client left while queued: nothing was generated
+            st["aborted_waiting"] += 1
+            _log.info("client left while waiting for a slot: not generated (aborted while waiting: %d, while streaming: %d)",
+                     st["aborted_waiting"], st["aborted_streaming"])
+            return _err(499, "client disconnected")
         st["running"] += 1
+        job = dict(released=False, started=False, finished=False)
+        def release():                             # the slot, once: when the engine has stopped (or never started)
+            if not job["released"]: job["released"] = True; st["running"] -= 1; s.release()
 
         loop, q, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
-        def put(item):
-            try: loop.call_soon_threadsafe(q.put_nowait, item)
-            except RuntimeError: pass                  # loop closed: the client is gone
+        def later(fn, *a):
+            try: loop.call_soon_threadsafe(fn, *a)
+            except RuntimeError: pass              # loop closed: the server is gone
         def work():
             try:
-                for piece in stream_reply(engine, ids, stop, **opts): put(("token", piece))
-            except Exception as e: put(("error", f"{type(e).__name__}: {e}"))
-            finally: put(("end", None))
+                for piece in stream_reply(engine, ids, stop, **opts): later(q.put_nowait, ("token", piece))
+            except Exception as e: later(q.put_nowait, ("error", f"{type(e).__name__}: {e}"))
+            finally: later(q.put_nowait, ("end", None)); later(release)
         async def events():
+            job["started"] = True
+            threading.Thread(target=work, daemon=True).start()
+            getter = None
             try:
-                threading.Thread(target=work, daemon=True).start()
-                while True:
-                    kind, v = await q.get()
-                    if kind == "end": yield _sse("[DONE]"); break
+                while True:                        # next piece, polling for a client that has gone meanwhile
+                    getter = getter or asyncio.ensure_future(q.get())
+                    await asyncio.wait({getter}, timeout=disconnect_poll)
+                    if not getter.done():
+                        if await request.is_disconnected(): return
+                        continue
+                    (kind, v), getter = getter.result(), None
+                    if kind == "end": job["finished"] = True; yield _sse("[DONE]"); return
                     yield _sse({kind: v})
-            finally: stop.set(); release()
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            finally:
+                if getter is not None: getter.cancel()
+        def closed():                              # the response is over: stop the engine, count how it ended
+            stop.set()
+            if not job["started"]: release()
+            if job["finished"]: st["completed"] += 1; return
+            st["aborted_streaming"] += 1
+            _log.info("client left while streaming: generation stopped (aborted while waiting: %d, while streaming: %d)",
+                     st["aborted_waiting"], st["aborted_streaming"])
+        return _StreamThenClose(events(), closed, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     return app
 
 def parse_sse(text: str) -> tuple[str, list[str]]:
@@ -361,6 +417,9 @@ def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: 
 def serve(model, tokenizer: Tokenizer, host: str = "127.0.0.1", port: int = 8000, **app_kw):
     "Serve the chat page with uvicorn on `host:port` (blocking). `app_kw` go to `create_app`."
     import uvicorn
+    if not _log.handlers:                          # aborted requests: one line each in the server's log
+        h = logging.StreamHandler(); h.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        _log.addHandler(h); _log.setLevel(logging.INFO)
     print(f"nanolit chat on http://{host}:{port}/")
     uvicorn.run(create_app(model, tokenizer, **app_kw), host=host, port=port, log_level="warning")
 

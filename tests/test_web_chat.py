@@ -1,9 +1,14 @@
-"""The chat web page driven in headless Chromium (Debian's /usr/bin/chromium via playwright): type a message, see the
-streamed reply, reset. Skips if chromium or the playwright package is missing (`apt-get install -y chromium`,
-`pip install playwright`; no `playwright install` needed)."""
+"""The chat web server: the page driven in headless Chromium (Debian's /usr/bin/chromium via playwright): type a
+message, see the streamed reply, reset (skips if chromium or the playwright package is missing: `apt-get install -y
+chromium`, `pip install playwright`; no `playwright install` needed); and clients that disconnect, while queued or
+while streaming, against a real uvicorn server on 127.0.0.1 with raw sockets."""
+import json
 import os
 import shutil
-from dataclasses import asdict
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
 
 import pytest
 import torch
@@ -12,8 +17,7 @@ CHROMIUM = os.environ.get("NANOLIT_CHROMIUM", "/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
-def chat_server():
-    from nanolit.chat import ChatSession, create_app, start_server
+def tiny():
     from nanolit.core import sample_texts
     from nanolit.model import GPTConfig, build_model
     from nanolit.tokenizer import Tokenizer
@@ -22,6 +26,13 @@ def chat_server():
     torch.manual_seed(0)
     model = build_model(GPTConfig(sequence_len=256, vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_kv_head=2,
                                   n_embd=32), "cpu").eval()
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def chat_server(tiny):
+    from nanolit.chat import ChatSession, create_app, start_server
+    model, tok = tiny
     server, url = start_server(create_app(model, tok, defaults=dict(temperature=0, max_tokens=24)))
     expected = ChatSession(model, tok, temperature=0, max_tokens=24).send("Hail, Caesar!")
     yield url, expected
@@ -65,3 +76,93 @@ def test_page_in_headless_chromium(chat_server):
             assert page.locator("#chat .msg").count() == 0
         finally:
             browser.close()
+
+
+class CountingEngine:
+    """An engine that yields one piece every `dt` seconds up to `max_tokens`, recording per call how many pieces it
+    produced and when its generator was closed (what a real Engine does when it frees its KV cache)."""
+    def __init__(self, dt=0.02):
+        self.dt, self.calls, self.lock = dt, [], threading.Lock()
+    def stream_text(self, tokens, max_tokens=None, **kw):
+        rec = dict(pieces=0, closed_at=None)
+        with self.lock: self.calls.append(rec)
+        try:
+            for _ in range(max_tokens):
+                time.sleep(self.dt); rec["pieces"] += 1; yield "."
+        finally: rec["closed_at"] = time.monotonic()
+
+
+def _open_stream(url, max_tokens):
+    "POST /chat/completions on a raw socket (so the test can hang up at will); returns the socket."
+    u = urlsplit(url)
+    body = json.dumps(dict(messages=[dict(role="user", content="Hail")], max_tokens=max_tokens)).encode()
+    s = socket.create_connection((u.hostname, u.port), timeout=5)
+    s.sendall(b"POST /chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (u.netloc.encode(), len(body), body))
+    return s
+
+
+def _read_until(s, needle, timeout=5.0):
+    buf, t0 = b"", time.monotonic()
+    while needle not in buf:
+        assert time.monotonic() - t0 < timeout, f"no {needle!r} within {timeout}s; got {buf[-200:]!r}"
+        chunk = s.recv(4096)
+        assert chunk, f"connection closed before {needle!r}; got {buf[-200:]!r}"
+        buf += chunk
+    return buf
+
+
+def _wait_for(pred, what, timeout=5.0):
+    t0 = time.monotonic()
+    while not pred():
+        assert time.monotonic() - t0 < timeout, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_disconnected_clients_are_not_generated(tiny):
+    """One slot: A streams (holds it), B queues, B hangs up -> B leaves the queue and is never generated; A hangs up
+    mid-stream -> its generation stops within a few pieces and the slot is free; C then gets a whole reply. The
+    counters (app.state.stats, /health) and the log say so, one line per abort."""
+    import logging
+    import httpx
+    from nanolit.chat import create_app, parse_sse, start_server
+    model, tok = tiny
+    eng = CountingEngine()
+    app = create_app(model, tok, engine=eng, max_concurrent=1, max_queue=4, disconnect_poll=0.02)
+    st = app.state.stats
+    records = []
+    handler = logging.Handler(); handler.emit = records.append
+    logger = logging.getLogger("nanolit.chat"); logger.addHandler(handler); level = logger.level; logger.setLevel(logging.INFO)
+    server, url = start_server(app)
+    a = b = None
+    try:
+        a = _open_stream(url, 500)                     # 500 pieces x 20 ms: streams for 10 s unless stopped
+        _read_until(a, b'data: {"token"')
+        b = _open_stream(url, 500)
+        _wait_for(lambda: st["waiting"] == 1, "B to queue")
+        time.sleep(0.1)
+        assert len(eng.calls) == 1 and st["running"] == 1
+        b.close()                                      # B leaves while waiting for the slot
+        _wait_for(lambda: st["aborted_waiting"] == 1, "B's abort to be counted")
+        assert st["waiting"] == 0 and len(eng.calls) == 1
+        n_before = eng.calls[0]["pieces"]
+        t_close = time.monotonic(); a.close()          # A leaves mid-stream
+        _wait_for(lambda: eng.calls[0]["closed_at"] is not None, "A's generation to stop")
+        _wait_for(lambda: st["running"] == 0, "A's slot to be released")
+        stopped_after = eng.calls[0]["pieces"] - n_before
+        assert stopped_after <= 10, stopped_after      # ~2 polls of 20 ms: a few pieces, not the 500 asked for
+        assert eng.calls[0]["closed_at"] - t_close < 1.0
+        assert st["aborted_streaming"] == 1 and st["completed"] == 0
+        r = httpx.post(url + "/chat/completions", json=dict(messages=[dict(role="user", content="Hail")], max_tokens=3),
+                       timeout=10)                     # C: the slot is free and serves a whole reply
+        assert r.status_code == 200 and parse_sse(r.text) == ("...", [])
+        assert len(eng.calls) == 2, "B must never have been generated"
+        h = httpx.get(url + "/health", timeout=5).json()
+        assert (h["completed"], h["aborted_waiting"], h["aborted_streaming"], h["running"], h["waiting"]) == (1, 1, 1, 0, 0)
+        msgs = [r.getMessage() for r in records]
+        assert [m.split(":")[0] for m in msgs] == ["client left while waiting for a slot", "client left while streaming"], msgs
+    finally:
+        for s in (a, b):
+            if s is not None: s.close()
+        logger.removeHandler(handler); logger.setLevel(level)
+        server.should_exit = True; server.thread.join(5)

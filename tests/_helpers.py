@@ -32,12 +32,16 @@ def fp64(base):
 
 
 def train_fp64(base, tag, **cfg):
-    "`nanolit.train.train(TrainConfig(tag=tag, **cfg))` under `fp64(base)`: (per-step losses, final full state dict or None if stopped)."
+    """`nanolit.train.train(TrainConfig(tag=tag, **cfg))` under `fp64(base)`: (per-step losses, final full state dict or
+    None if stopped). The losses are all-reduced and the checkpoint is one file, so both are the same on every rank by
+    construction; what each rank holds itself is checked here: its weights equal the other data-parallel replicas'
+    bit for bit (`replica_max_diff`, from every replica's own parameters)."""
     from nanolit.checkpoint import load_checkpoint
     from nanolit.train import TrainConfig, train
     with fp64(base): res = train(TrainConfig(tag=tag, **cfg))
     losses = [h["loss"] for h in res["history"]["train"]]
     if "stopped_at" in res: return losses, None
+    assert res["replica_max_diff"] == 0.0, f"data-parallel replicas diverged by {res['replica_max_diff']}"
     sd, _, _ = load_checkpoint(res["checkpoint"], load_optim=False)
     return losses, sd
 

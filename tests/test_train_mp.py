@@ -49,7 +49,7 @@ def test_pp_equals_single_process(tiny_base_dir, world, pp, tp, accum, schedule)
     ref = _ref(tiny_base_dir, dp * accum)
     outs = run_distributed(_train, world, tiny_base_dir, f"pp_{world}_{pp}_{tp}_{accum}", pp=pp, tp=tp, pp_schedule=schedule,
                            total_batch_size=BT * dp * accum, timeout=400)
-    for out in outs: _close(out, ref)            # every rank logs the same loss and saved the same full model
+    for out in outs: _close(out, ref)   # all-reduced losses and one saved model; each rank's own weights: train_fp64
 
 
 def test_pp_checkpoint_resumes_at_other_pp_and_loads_plain(tiny_base_dir):

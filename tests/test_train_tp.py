@@ -39,7 +39,7 @@ def test_tp_equals_single_process(tiny_base_dir, world, tp, sp):
     ref = _ref(tiny_base_dir, dp)
     outs = run_distributed(_train, world, tiny_base_dir, f"tp_{world}_{tp}_{sp}", tp=tp, sp=sp,
                            total_batch_size=BT * dp, timeout=300)
-    for out in outs: _close(out, ref)                # every rank logs the same loss and saved the same full model
+    for out in outs: _close(out, ref)   # all-reduced losses and one saved model; each rank's own weights: train_fp64
 
 
 def test_tp_checkpoint_resumes_at_other_tp_and_loads_plain(tiny_base_dir):

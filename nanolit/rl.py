@@ -321,7 +321,8 @@ def write_report(tag: str, base_tag: str | None = None, extra: dict | None = Non
         lines += ["held-out pass@k over training:", ""] + _md_table(h.get("val", [])) + [""]
         if h.get("train"):
             lines += [f"- {len(h['train'])} steps, mean reward per step: " + ", ".join(f"{t['reward']:.2f}" for t in h["train"]),
-                      f"- steps with a learning signal (some group not all-equal): {sum(t['updated'] for t in h['train'])}", ""]
+                      f"- steps with a learning signal (some group not all-equal): {sum(t['updated'] for t in h['train'])}",
+                      f"- invalid rewards (the judge failed: left out, advantage 0): {sum(t.get('invalid_rewards', 0) for t in h['train'])}", ""]
         lines += ["chat eval at the end of RL (greedy):", ""] + _md_table(rmeta.get("chat_eval", [])) + [""]
         plot(rd, "reward.png", "RL reward")
         lines += ["config: `" + json.dumps(rmeta.get("config", {})) + "`", ""]

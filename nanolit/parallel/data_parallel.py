@@ -236,9 +236,11 @@ class ZeroMuonAdamW:
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> Tensor:
         """Scale the reduced gradient shards so their global L2 norm is at most `max_norm` (torch's rule:
-        coefficient min(1, max_norm / (norm + 1e-6))); returns the norm before clipping (fp32 0-D, same on all ranks)."""
+        coefficient min(1, max_norm / (norm + 1e-6))); returns the norm before clipping (0-D, fp64 if any gradient is,
+        else fp32: the rule of `clip_grad_norm_`; the same on all ranks)."""
         if self._grad_shards is None: self.reduce_gradients()
-        sq = torch.stack([s.float().pow(2).sum() for s in self._grad_shards]).sum()
+        acc = torch.float64 if any(s.dtype == torch.float64 for s in self._grad_shards) else torch.float32
+        sq = torch.stack([s.to(acc).pow(2).sum() for s in self._grad_shards]).sum()
         if self.world > 1: dist.all_reduce(sq, group=self.group)
         total = sq.sqrt()
         coef = (max_norm / (total + 1e-6)).clamp(max=1.0)

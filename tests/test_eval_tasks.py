@@ -67,6 +67,63 @@ def test_hostile_completion_fails_and_evaluator_survives(humaneval, kind, tmp_pa
     assert humaneval.evaluate(conv, conv["messages"][-1]["content"])      # the evaluator still works
 
 
+# ways a completion can fake a pass: each one wraps a WRONG answer, so only a forged pass could make it pass
+FORGERIES = {
+    "sys_exit_before": ("    return None\nimport sys\nsys.exit(0)\n", "exit_called"),
+    "os_exit_before": ("    return None\nimport os\nos._exit(0)\n", "exited_early"),
+    "raise_systemexit_before": ("    return None\nraise SystemExit\n", "exit_called"),
+    "exit_before": ("    return None\nexit()\n", "exit_called"),
+    "quit_before": ("    return None\nquit()\n", "exit_called"),
+    "sys_exit_inside": ("    import sys\n    sys.exit(0)\n", "exit_called"),
+    "os_exit_inside": ("    import os\n    os._exit(0)\n", "exited_early"),
+    "raise_systemexit_inside": ("    raise SystemExit(0)\n", "exit_called"),
+    "exit_inside": ("    exit(0)\n", "exit_called"),
+    "quit_inside": ("    quit()\n", "exit_called"),
+    "prints_success": ("    return None\nprint('All tests passed')\nprint('pass ' + '0' * 32)\nimport os\nos._exit(0)\n", "exited_early"),
+    "writes_every_fd": ("    return None\nimport os\nfor fd in range(3, 64):\n    try: os.write(fd, b'pass ' + b'0' * 32 + b'\\n')\n"
+                        "    except OSError: pass\nos._exit(0)\n", "forged"),
+    "atexit_os_exit": ("    return None\nimport atexit, os\natexit.register(lambda: os._exit(0))\n", "assertion_failed"),
+}
+
+
+def test_rebinding_builtins_fakes_no_pass(humaneval):
+    "HumanEval/4's test is only `assert abs(candidate(...) - x) < 1e-6`: rebinding `abs` made any answer pass before."
+    conv = humaneval[4]
+    assert "abs(" in conv["item"]["test"]
+    body = "    return 0.0\nimport builtins\nbuiltins.abs = lambda x: 0\n"
+    assert humaneval.outcome(conv, body) == "assertion_failed"
+    assert humaneval.outcome(conv, conv["item"]["canonical_solution"]) == "passed"
+
+
+@pytest.mark.parametrize("kind", list(FORGERIES))
+def test_forged_pass_fails_with_its_kind(humaneval, kind):
+    conv = humaneval[0]                            # HumanEval/0 (has_close_elements): None is a wrong answer
+    body, status = FORGERIES[kind]
+    r = humaneval.judge(conv, body)
+    assert not r["passed"] and r["status"] == status, (r["status"], r["stderr"][-500:])
+    assert not humaneval.evaluate(conv, body)
+    assert humaneval.outcome(conv, conv["item"]["canonical_solution"]) == "passed"     # the correct one still passes
+    assert humaneval.outcome(conv, "    return None\n") == "assertion_failed"                 # and the plain wrong one fails
+
+
+def test_sandbox_outcomes_counted_by_run_generative(humaneval):
+    "run_generative counts each failure kind of HumanEval completions, on a stub engine that replays fixed completions."
+    class Replay:
+        def __init__(self, texts, tok): self.texts, self.tok, self.model = texts, tok, self
+        config = type("C", (), {"sequence_len": 4096})
+        def parameters(self): return iter([torch.zeros(1)])
+        def generate_batch(self, ids, n, **kw): return [self.tok.encode(self.texts.pop(0))], None
+    class CharTok:
+        def render_for_completion(self, conv): return [0]
+        def encode(self, s): return [ord(c) for c in s]
+        def decode(self, ids): return "".join(map(chr, ids))
+    task = T.HumanEval(humaneval.items[:4], timeout=3.0)
+    texts = [task.items[0]["canonical_solution"], FORGERIES["sys_exit_inside"][0], FORGERIES["os_exit_before"][0], "    while True: pass\n"]
+    r = run_generative(Replay(texts, CharTok()), CharTok(), task, max_new_tokens=8)
+    assert r["n_scored"] == 4 and r["failures"] == {"exit_called": 1, "exited_early": 1, "timeout": 1}
+    assert r["accuracy"] == 0.25
+
+
 @pytest.fixture(scope="module")
 def olmo_items(eval_base):
     return T.build_eval_data(["mmlu", "mmlu_dev", "arc_easy_chat", "arc_challenge_chat", "gsm8k", "piqa", "winogrande",
@@ -80,6 +137,17 @@ def test_builder_counts(olmo_items):
     mmlu = T.MMLU(T.load_items("mmlu"))
     assert len({it["subject"] for it in mmlu.items}) == 57
     assert all(len(it["choices"]) == 4 and 0 <= it["answer"] < 4 for it in mmlu.items)
+
+
+def test_sft_mmlu_source_contaminates_five_test_items(olmo_items):
+    "Five MMLU test items are verbatim dev items (question, choices, answer): a model SFT'd on dev must not be scored on them."
+    from nanolit.sft import sft_mixture, trained_keys
+    mix, _, _ = sft_mixture("identity,mmlu")
+    keys = trained_keys(mix, "identity,mmlu")
+    dev = T.load_items("mmlu_dev")
+    assert len(dev) == 285 and len(keys["mmlu"]) == len({(d["question"], tuple(d["choices"])) for d in dev}) == 284   # one repeat
+    test = T.MMLU(T.load_items("mmlu"))
+    assert test.exclude(keys["mmlu"]) == 5 and len(test) == 14042 - 5
 
 
 def test_gsm8k_reference_answers_extract(olmo_items):
@@ -103,6 +171,39 @@ def test_gsm8k_extraction_rules():
     assert e("#### ,") is None and e("no marker") is None and e("") is None
     g = T.GSM8K([dict(question="q", answer="x\n#### 1,234")])
     assert g.evaluate(g[0], "#### 1234.0") and not g.evaluate(g[0], "#### 1235")
+
+
+# (model output, gold) pairs judged right / wrong: what models really write after (or without) the marker
+RIGHT = [("#### +5", 5), ("#### 5", 5), ("####5", 5), ("#### $5", 5), ("#### +$5", 5), ("#### -$5", -5), ("#### \u22125", -5),
+         ("#### 1,234", 1234), ("#### $1,234.00", 1234), ("#### 5.", 5), ("#### 0.5", 0.5), ("#### .5", 0.5),
+         ("#### 5 apples", 5), ("#### 15%", 15), ("#### €20", 20), ("#### £7.50", 7.5), ("#### 3/4", 0.75),
+         ("#### The answer is 18.", 18), ("so 9 * 2 = 18", 18), ("She pays $1,200.", 1200), ("Answer: -7", -7),
+         ("The total is 18 dollars.", 18), ("I think 3 then #### 4", 4), ("#### 3 then #### 4", 4)]
+WRONG = [("#### 5", 6), ("#### 1,2,3", 3), ("3 + 4 = 7 #### seven", 7), ("pages 3-4", -4), ("#### 5,50", 5.5),
+         ("no number here", 0), ("", 0), ("####", 0), ("#### 1e3", 1000), ("x5", 5)]
+
+
+@pytest.mark.parametrize("text,gold", RIGHT)
+def test_answer_extraction_right(text, gold):
+    g = T.GSM8K([dict(question="q", answer=f"...\n#### {gold}")])
+    assert g.evaluate(g[0], text), (text, T.extract_answer(text))
+    sb = T.SpellingBee(["abc"], "train" if T.word_split("abc") == "train" else "test", 1)
+    assert sb.evaluate(dict(sb[0], count=gold), text)                # SpellingBee (and so the RL reward) reads the same way
+
+
+@pytest.mark.parametrize("text,gold", WRONG)
+def test_answer_extraction_wrong(text, gold):
+    g = T.GSM8K([dict(question="q", answer=f"...\n#### {gold}")])
+    assert not g.evaluate(g[0], text), (text, T.extract_answer(text))
+
+
+def test_answers_match_tolerance():
+    m = T.numbers_match
+    assert m(18.0, 18) and m(1234.5, 1234.5) and m(0.1 + 0.2, 0.3) and m(123456789.0, 123456789.0000001)
+    assert not m(18.0, 19) and not m(0.333333, 1 / 3) and not m(1234.5, 1234.6) and not m(None, 1) and not m(1, None)
+    from nanolit.rl import reward
+    g = T.GSM8K([dict(question="q", answer="#### 5")])
+    assert reward(g, g[0], "#### +5") == 1.0 and reward(g, g[0], "#### 6") == 0.0
 
 
 def _tiny_model(vocab, seq=128, seed=0):

@@ -19,8 +19,9 @@ from .core import COMPUTE_DTYPE, detect_compute_dtype
 from .attention import attention
 
 # %% auto #0
-__all__ = ['GPTConfig', 'norm', 'Linear', 'rotary_tables', 'apply_rotary', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache',
-           'has_value_embedding', 'GPT', 'build_model', 'generate']
+__all__ = ['LOSS_CHUNK_BYTES', 'GPTConfig', 'norm', 'Linear', 'rotary_tables', 'apply_rotary', 'CausalSelfAttention', 'MLP',
+           'Block', 'KVCache', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model',
+           'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 @dataclass
@@ -174,6 +175,68 @@ class KVCache:
         "Forget the cached positions (`pos = 0`) so the cache can be reused for a new sequence; the buffers are kept."
         self.pos = 0
 
+# %% ../nbs/04_model.ipynb #c014c4cc
+LOSS_CHUNK_BYTES = 2**28     # fp32 logits of one block of `chunked_lm_loss` (256 MiB): rows = LOSS_CHUNK_BYTES // (4 V)
+
+def _loss_dtype(h: Tensor) -> torch.dtype: return torch.float64 if h.dtype == torch.float64 else torch.float32
+
+def _block_logits(h: Tensor, w: Tensor, softcap: float) -> tuple[Tensor, Tensor | None]:
+    "fp32 (fp64 for fp64 h) logits c*tanh(h W^T / c) of a block of rows (the matmul in h's dtype, as `Linear`), and tanh's output."
+    z = F.linear(h, w.to(h.dtype)).to(_loss_dtype(h))
+    if softcap > 0: t = torch.tanh(z / softcap); return softcap * t, t
+    return z, None
+
+class ChunkedLMLoss(torch.autograd.Function):
+    "Per-position cross-entropy of softcapped logits h W^T, block by block; saves h, W, targets and the log-sum-exps."
+    @staticmethod
+    def forward(ctx, h, weight, targets, softcap, chunk_rows):
+        losses = torch.zeros(h.size(0), dtype=_loss_dtype(h), device=h.device)
+        lses = torch.empty_like(losses)
+        for i in range(0, h.size(0), chunk_rows):
+            logits, _ = _block_logits(h[i:i + chunk_rows], weight, softcap)
+            y = targets[i:i + chunk_rows]
+            lse = torch.logsumexp(logits, dim=-1)
+            lses[i:i + chunk_rows] = lse
+            picked = logits.gather(1, y.clamp(min=0)[:, None])[:, 0]
+            losses[i:i + chunk_rows] = torch.where(y >= 0, lse - picked, 0.0)
+        ctx.save_for_backward(h, weight, targets, lses)
+        ctx.softcap, ctx.chunk_rows = softcap, chunk_rows
+        return losses
+
+    @staticmethod
+    def backward(ctx, grad_losses):
+        h, weight, targets, lses = ctx.saved_tensors
+        sc, rows = ctx.softcap, ctx.chunk_rows
+        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight, dtype=_loss_dtype(weight)) if ctx.needs_input_grad[1] else None
+        wd = weight.to(h.dtype)
+        for i in range(0, h.size(0), rows):
+            hb, y = h[i:i + rows], targets[i:i + rows]
+            logits, t = _block_logits(hb, weight, sc)
+            g = torch.exp(logits - lses[i:i + rows, None])                       # softmax
+            g.scatter_add_(1, y.clamp(min=0)[:, None], -torch.ones_like(g[:, :1]))  # p - onehot(y)
+            g *= torch.where(y >= 0, grad_losses[i:i + rows].to(g.dtype), 0.0)[:, None]
+            if t is not None: g *= 1 - t * t                                     # through c*tanh(z/c)
+            g = g.to(h.dtype)
+            if grad_h is not None: grad_h[i:i + rows] = g @ wd
+            if grad_w is not None: grad_w += (g.t() @ hb).to(grad_w.dtype)
+        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
+
+def chunked_lm_loss(h: Tensor, weight: Tensor, targets: Tensor, softcap: float = 0.0, reduction: str = "mean",
+                    chunk_rows: int | None = None) -> Tensor:
+    """Cross-entropy of the logits c*tanh(h W^T / c) (c = `softcap`, none if 0) against `targets`, without holding
+    the (N, V) logits: h (N, d) in the compute dtype, `weight` (V, d), targets (N,) int64 with -1 ignored. Equal to
+    `F.cross_entropy` of those fp32 logits, gradients for h and W included. `reduction`: 'none' (N,) fp32 (0 where
+    ignored), 'sum', or 'mean' over non-ignored positions. `chunk_rows` (default LOSS_CHUNK_BYTES // (4 V)) positions
+    per block. ValueError on an unknown reduction or mismatched shapes."""
+    if reduction not in ("mean", "sum", "none"): raise ValueError(f"loss_reduction must be mean, sum or none, got {reduction!r}")
+    if h.ndim != 2 or targets.shape != h.shape[:1] or weight.ndim != 2 or weight.size(1) != h.size(1):
+        raise ValueError(f"need h (N, d), weight (V, d), targets (N,); got {tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}")
+    rows = chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * weight.size(0)))
+    losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows))
+    if reduction == "none": return losses
+    return losses.sum() if reduction == "sum" else losses.sum() / (targets >= 0).sum()
+
 # %% ../nbs/04_model.ipynb #63109292
 def has_value_embedding(layer_idx: int, n_layer: int) -> bool:
     "Whether (bool) layer `layer_idx` of `n_layer` gets a value embedding: alternating layers, counted back from the last (which has one; modded-nanogpt)."
@@ -230,12 +293,12 @@ class GPT(nn.Module):
             ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
             x = block(x, ve, cos, sin, self.windows[i], kv_cache)
         if kv_cache is not None: kv_cache.advance(T)
-        logits = self.lm_head(norm(x)).float()
         sc = self.config.logit_softcap
-        logits = sc * torch.tanh(logits / sc)
-        if targets is None: return logits
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction)
-        return loss.view(B, T) if loss_reduction == "none" else loss
+        if targets is not None:     # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
+            loss = chunked_lm_loss(norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction)
+            return loss.view(B, T) if loss_reduction == "none" else loss
+        logits = self.lm_head(norm(x)).float()
+        return sc * torch.tanh(logits / sc)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "Parameters by optimizer treatment: 'matrix' (2-D hidden weights, and 3-D stacks of expert matrices after MoE), 'embedding' (wte, value embeddings), 'lm_head', 'scalar' (0-/1-D)."

@@ -21,7 +21,7 @@ from .core import (dist_init, dist_cleanup, print0, seed_everything, get_base_di
                           cli_from_dataclass)
 from .tokenizer import get_tokenizer, check_tokenizer
 from .data import DataLoader, iter_documents
-from .model import GPTConfig, build_model, generate
+from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
 from .optim import build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.mesh import init_mesh
 from .parallel.data_parallel import (allreduce_gradients, broadcast_parameters, wrap_ddp, shard_optimizer,
@@ -37,10 +37,11 @@ from .checkpoint import (checkpoint_dir, load_checkpoint, find_last_step, save_d
 from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_bpb, unigram_token_bpb
 
 # %% auto #0
-__all__ = ['MAX_SEQUENCE_LEN', 'DP_MODES', 'PARAM_GROUP_ORDER', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'validate_config',
-           'activation_bytes', 'device_memory_bytes', 'grad_accum_steps', 'horizon', 'resume_mode', 'no_sync',
-           'check_resume', 'check_model_config', 'check_fresh_dir', 'mfu', 'expert_param_ids', 'sync_gradients',
-           'clip_grad_norm_mesh_', 'gather_param_groups', 'restore_param_groups_by_name', 'expert_parallel_full_state',
+__all__ = ['MAX_SEQUENCE_LEN', 'DP_MODES', 'MEMORY_REFUSE_FACTOR', 'PARAM_GROUP_ORDER', 'SAMPLE_PROMPTS', 'main', 'TrainConfig',
+           'validate_config', 'activation_bytes', 'train_state_bytes', 'device_memory_bytes', 'check_memory',
+           'train_memory_bytes', 'grad_accum_steps', 'horizon', 'resume_mode', 'no_sync', 'check_resume',
+           'check_model_config', 'check_fresh_dir', 'mfu', 'expert_param_ids', 'sync_gradients', 'clip_grad_norm_mesh_',
+           'gather_param_groups', 'restore_param_groups_by_name', 'expert_parallel_full_state',
            'load_expert_parallel_full_state', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
@@ -159,11 +160,32 @@ def validate_config(cfg: TrainConfig) -> None:
                    f"ep x dp with MoE, cp x dp)")
 
 # %% ../nbs/11_train.ipynb #2d92567f
+MEMORY_REFUSE_FACTOR = 1.25    # refuse a run whose estimate exceeds the device memory by more than this; warn above 1
+
 def activation_bytes(n_layer: int, n_embd: int, vocab_size: int, B: int, T: int, bytes_per_el: int = 2,
-                     tp: int = 1, sp: bool = False) -> int:
-    "Lower bound (bytes) on one micro-step's activations per rank: n_layer*B*T*d*(34, or 10+24/tp, or 34/tp with sp)*bytes/2 + 8*B*T*V/tp."
-    per = 34 / tp if sp else 10 + 24 / tp
-    return int(n_layer * B * T * n_embd * per * bytes_per_el / 2 + 8 * B * T * vocab_size / tp)
+                     tp: int = 1, sp: bool = False, chunked_loss: bool = True, loss_chunk_rows: int | None = None) -> int:
+    """Estimated peak bytes of one micro-step's activations per rank (forward and backward), measured against traced
+    CPU steps (see the test): N = B*T positions, N*d*(n_layer*(20, or 6+14/tp, or 20/tp with sp) + 3)*bytes_per_el +
+    12*N, plus the loss: 20*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N, loss_chunk_rows, default
+    LOSS_CHUNK_BYTES // (4 V))), or 16*N*V/tp with the full logits of the tp / pp heads (`chunked_loss=False`)."""
+    N = B * T
+    per = 20 / tp if sp else 6 + 14 / tp
+    saved = N * n_embd * (n_layer * per + 3) * bytes_per_el + 12 * N
+    if chunked_loss:
+        rows = min(N, loss_chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * vocab_size)))
+        return int(saved + 5 * 4 * rows * vocab_size)
+    return int(saved + 16 * N * vocab_size / tp)
+
+def train_state_bytes(param_groups: dict, bytes_per_el: int = 2, model_shards: int = 1, optim_shards: int = 1,
+                      param_shards: int = 1) -> int:
+    """Bytes per rank of the training state of a model with `param_groups` ({"matrix", "embedding", "lm_head",
+    "scalar"} -> parameters; meta tensors are fine): fp32 weights and gradients (8 bytes a parameter, / param_shards
+    under FSDP2), Muon momentum (4, matrices) and AdamW moments (8, the rest) / optim_shards (ZeRO-1, FSDP2), and the
+    compute-dtype copies of the matmul weights kept for backward when bytes_per_el < 4; all / model_shards (tp x pp)."""
+    n = {k: sum(p.numel() for p in ps) for k, ps in param_groups.items()}
+    total, muon = sum(n.values()), n.get("matrix", 0)
+    copies = (muon + n.get("lm_head", 0)) * bytes_per_el if bytes_per_el < 4 else 0
+    return int((total * 8 / param_shards + (muon * 4 + (total - muon) * 8) / optim_shards + copies) / model_shards)
 
 def device_memory_bytes(device) -> float:
     "Total memory of `device` in bytes: the GPU's for cuda, the machine's RAM otherwise (inf when unknown)."
@@ -171,6 +193,33 @@ def device_memory_bytes(device) -> float:
     if dev.type == "cuda": return float(torch.cuda.get_device_properties(dev).total_memory)
     try: return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError): return float("inf")
+
+def check_memory(need: float, have: float, what: str) -> str | None:
+    """ValueError if `need` bytes exceed `have` by more than `MEMORY_REFUSE_FACTOR` (the run cannot fit); a warning
+    line (str) if they exceed `have` at all; None if they fit. `what` describes the run in the messages."""
+    gib = lambda b: f"{b / 2**30:,.1f} GiB"
+    if need > MEMORY_REFUSE_FACTOR * have:
+        raise ValueError(f"{what} needs about {gib(need)} per rank, more than {MEMORY_REFUSE_FACTOR}x the {gib(have)} of "
+                         f"memory: lower --device-batch-size or --sequence-len (keep the batch with --total-batch-size)")
+    if need > have:
+        return (f"warning: {what} needs about {gib(need)} per rank, above the {gib(have)} of memory: it may run out "
+                f"(lower --device-batch-size if it does)")
+    return None
+
+def train_memory_bytes(cfg: TrainConfig, vocab_size: int, dp_size: int = 1, bytes_per_el: int | None = None) -> int:
+    """Estimated peak memory per rank (bytes) of pretraining with `cfg` and a `vocab_size` tokenizer on `dp_size`
+    data-parallel ranks: `activation_bytes` of one micro-step (this rank's layers under pp, its sequence share under
+    cp) plus `train_state_bytes` (sharded by tp x pp, and by dp under ZeRO-1 / FSDP2). `bytes_per_el`: the compute
+    dtype's size (default `COMPUTE_DTYPE`'s: 2 for bf16 on GPUs). Nothing is allocated (the model is built on meta)."""
+    gcfg = GPTConfig.from_depth(cfg.depth, vocab_size=vocab_size, sequence_len=cfg.sequence_len, aspect_ratio=cfg.aspect_ratio,
+                                head_dim=cfg.head_dim, window_pattern=cfg.window_pattern)
+    bytes_el = bytes_per_el or torch.finfo(COMPUTE_DTYPE).bits // 8
+    with torch.device("meta"): shapes = GPT(gcfg)
+    sharded = dp_size if cfg.dp_mode in ("zero1", "fsdp2") else 1
+    return (activation_bytes(-(-gcfg.n_layer // cfg.pp), gcfg.n_embd, vocab_size, cfg.device_batch_size,
+                             cfg.sequence_len // cfg.cp, bytes_el, cfg.tp, cfg.sp, chunked_loss=cfg.tp == 1 and cfg.pp == 1)
+            + train_state_bytes(shapes.param_groups(), bytes_el, model_shards=cfg.tp * cfg.pp, optim_shards=sharded,
+                                param_shards=dp_size if cfg.dp_mode == "fsdp2" else 1))
 
 # %% ../nbs/11_train.ipynb #ba76633e
 def grad_accum_steps(total_batch_size: int, device_batch_size: int, sequence_len: int, world_size: int) -> int:
@@ -374,8 +423,8 @@ def train(cfg: TrainConfig) -> dict:
     'tok_per_s', 'mfu', 'checkpoint', 'samples', 'replica_max_diff', ...} (or {'history', 'stopped_at', 'checkpoint'}
     after `stop_after`). The mesh is pp x dp x ep x cp x tp (`init_mesh`); dp = world / (pp ep cp tp). Checkpoints are
     DCP (`save_dcp_checkpoint`) in every mode; under tp, pp or ep they hold the gathered full tensors, so they load at any
-    tp/pp/ep and into a plain model. Raises ValueError for an invalid config (`validate_config`), activations that
-    cannot fit in memory, a total batch that doesn't divide, or a resume whose data slots (data ranks x accum), model
+    tp/pp/ep and into a plain model. Raises ValueError for an invalid config (`validate_config`), a step that
+    cannot fit in memory (`check_memory`), a total batch that doesn't divide, or a resume whose data slots (data ranks x accum), model
     config or step (> num_steps) don't fit this run; FileExistsError for a fresh run into a checkpoint dir that already
     holds checkpoints (unless `overwrite`)."""
     validate_config(cfg)
@@ -404,13 +453,10 @@ def train(cfg: TrainConfig) -> dict:
     gcfg = GPTConfig.from_depth(cfg.depth, vocab_size=tok.vocab_size, sequence_len=cfg.sequence_len,
                                 aspect_ratio=cfg.aspect_ratio, head_dim=cfg.head_dim, window_pattern=cfg.window_pattern)
     B, T = cfg.device_batch_size, cfg.sequence_len
-    need = activation_bytes(-(-gcfg.n_layer // pp), gcfg.n_embd, gcfg.vocab_size, B, T // cp,
-                            torch.finfo(COMPUTE_DTYPE).bits // 8, tp, cfg.sp)
-    have = device_memory_bytes(device)
-    if need > have:
-        raise ValueError(f"activations of one micro-step need at least {need/2**30:,.1f} GiB (B {B} x T {T}, {gcfg.n_layer} "
-                         f"layers of width {gcfg.n_embd}), more than the {have/2**30:,.1f} GiB of memory on {device}: lower "
-                         f"--device-batch-size or --sequence-len (keep the batch with --total-batch-size)")
+    # pre-flight memory check (measured estimate, see above): refuse only what cannot fit, warn on what may not
+    note = check_memory(train_memory_bytes(cfg, gcfg.vocab_size, dp_size), device_memory_bytes(device), f"training (B {B} x T {T}, {gcfg.n_layer} layers of width "
+                        f"{gcfg.n_embd}, vocab {gcfg.vocab_size}, {COMPUTE_DTYPE}) on {device}")
+    if note: print0(note)
     model = build_model(gcfg, device)
     flops_per_token = model.estimate_flops()
     moe = None

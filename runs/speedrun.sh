@@ -23,7 +23,9 @@ $PY -m nanolit.data --url "$DATA_URL" --num-shards "$NUM_SHARDS"
 echo "== tokenizer: vocab 65536 on up to 2B characters"
 $PY -m nanolit.tokenizer --vocab-size 65536 --max-chars 2000000000
 echo "== pretraining: depth $DEPTH on $NPROC GPUs, Chinchilla horizon (20 tokens/param)"
+# device batch 16 (2 micro-steps of 8 x 16 x 2048 = the same 524,288-token step): the measured estimate of
+# nanolit.train.train_memory_bytes (11_train) is ~53 GiB per GPU at 16 and ~85 GiB at 32, over an 80 GB H100
 .venv/bin/torchrun --standalone --nproc_per_node="$NPROC" -m nanolit.train --tag "$TAG" --depth "$DEPTH" \
-    --head-dim 128 --sequence-len 2048 --device-batch-size 32 --total-batch-size 524288 \
+    --head-dim 128 --sequence-len 2048 --device-batch-size 16 --total-batch-size 524288 \
     --target-param-data-ratio 20 --eval-every 250 --eval-tokens 10485760 --save-every 1000 \
     --resume "${RESUME:-auto}" --progress false

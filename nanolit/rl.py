@@ -242,13 +242,15 @@ def rl(cfg: RLConfig) -> dict:
             print(f"step {step:4d}/{cfg.num_iterations} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | "
                   f"{n_tok} sampled tokens | {n_invalid} invalid rewards | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s")
     bar.close()
-    rows = chat_eval(model, tok, chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source), cfg.chat_eval_items) if cfg.chat_eval_tasks else []
+    lineage = lineage_meta(cfg, src_meta)             # what this model's lineage trained on: excluded from its chat eval
+    rows = chat_eval(model, tok, chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]),
+                     cfg.chat_eval_items) if cfg.chat_eval_tasks else []
     if rows: print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
     result = dict(history=history, final_eval=history["val"][-1], chat_eval=rows, num_steps=cfg.num_iterations,
                   checkpoint=str(ckpt_dir), seconds=time.time() - t_start, n_pool=len(pool), n_heldout=len(held))
     if rank == 0:
         meta = dict(config=asdict(cfg), model_config=src_meta["model_config"], history=history, chat_eval=rows,
-                    **lineage_meta(cfg, src_meta), world_size=world)
+                    **lineage, world_size=world)
         save_checkpoint(ckpt_dir, cfg.num_iterations, model.state_dict(), None, meta, keep_last=1)
         h = dict(train=[dict(step=t["step"], loss=t["reward"]) for t in history["train"]],
                  val=[dict(step=v["step"], loss=v["pass@1"]) for v in history["val"]])
@@ -328,8 +330,9 @@ def write_report(tag: str, base_tag: str | None = None, extra: dict | None = Non
         lines += ["config: `" + json.dumps(rmeta.get("config", {})) + "`", ""]
     # chat eval tables written by `python -m nanolit.eval chat`
     lines += ["## 4. Chat evaluation (`python -m nanolit.eval chat`)", "",
-              "Offline, its `gsm8k` is the whole packaged test set, about 80% of which is the SFT/RL training pool: the "
-              "held-out GSM8K numbers are those of sections 2 and 3.", ""]
+              "Items that any checkpoint of this model's lineage trained on (its meta's `trained_on`: the SFT mixture's "
+              "GSM8K pool, MMLU dev items and SpellingBee words, and RL's GSM8K pool) are excluded before scoring; each "
+              "row says how many items were scored (`n_scored`) and excluded (`n_excluded`), and how failures split by kind.", ""]
     tables = sorted((base / "eval").glob(f"*_{tag}_chat.md")) if (base / "eval").is_dir() else []
     for t in tables: lines += [l.replace("# ", "### ", 1) if l.startswith("# ") else l for l in t.read_text().splitlines()] + [""]
     if not tables: lines += ["(none found)", ""]

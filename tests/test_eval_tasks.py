@@ -288,8 +288,8 @@ def test_two_ranks_equal_one_rank(tok):
     args = (tok, (mc, lm, mmlu, gsm))      # passed through fork, not pickled
     one = run_distributed(_dist_eval, 1, *args)[0]
     two = run_distributed(_dist_eval, 2, *args)
-    assert two[0] == two[1]
-    for k in one: torch.testing.assert_close(two[0][k], one[k], rtol=1e-12, atol=1e-12)
+    for r in two:                          # each rank's own result against one process (they are all-reduced sums)
+        for k in one: torch.testing.assert_close(r[k], one[k], rtol=1e-12, atol=1e-12)
 
 
 def _make_checkpoint(base: Path, tok):

@@ -6,7 +6,7 @@ Docs: https://nanolit.github.io/nanolit/tokenizer.html.md"""
 
 # %% ../nbs/01_tokenizer.ipynb #fc9e135a
 from __future__ import annotations
-import base64, hashlib, json, os, time, tempfile
+import array, base64, functools, hashlib, itertools, json, os, time, tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -20,9 +20,10 @@ from fastcore.script import call_parse, bool_arg
 from .core import get_base_dir, sample_texts, exit_on_user_error
 
 # %% auto #0
-__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'split_text', 'get_pair_counts', 'merge_pair', 'train_bpe_naive',
-           'vocab_from_merges', 'encode_naive', 'decode_naive', 'train_rustbpe', 'Tokenizer', 'check_tokenizer',
-           'get_tokenizer', 'iter_parquet_texts', 'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'main']
+__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'split_text', 'engine_classes', 'cut_pieces', 'scalar_text',
+           'split_pieces', 'get_pair_counts', 'merge_pair', 'train_bpe_naive', 'vocab_from_merges', 'encode_naive',
+           'decode_naive', 'train_rustbpe', 'Tokenizer', 'check_tokenizer', 'get_tokenizer', 'iter_parquet_texts',
+           'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'main']
 
 # %% ../nbs/01_tokenizer.ipynb #4757933c
 SPLIT_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
@@ -38,6 +39,96 @@ def split_text(text: str, pattern: str = SPLIT_PATTERN) -> list[str]:
     """The chunks of `text` (list of str, joining to `text`) under the split `pattern` (`regex` module semantics);
     BPE never merges across chunk boundaries. Pattern: tiktoken's cl100k_base, numbers in 1-2 digit groups."""
     return regex.findall(pattern, text)
+
+# %% ../nbs/01_tokenizer.ipynb #c2f210fc
+MAX_PIECE = 2**17
+"Longest piece of text, in characters, handed to the split regex in one call (tiktoken's overflows near 1M spaces)."
+
+_CUT_PATTERNS = (SPLIT_PATTERN, SPLIT_PATTERN.replace(r"\p{N}{1,2}", r"\p{N}{1,3}"))  # cl100k's: the same cut places
+
+def _ranges(cps: list[int]) -> str:
+    "A `regex` character-class body for the sorted code points `cps`, as ranges `\\Uxxxxxxxx-\\Uyyyyyyyy`."
+    out, i = [], 0
+    while i < len(cps):
+        j = i
+        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1: j += 1
+        out.append(f"\\U{cps[i]:08x}" + (f"-\\U{cps[j]:08x}" if j > i else "")); i = j + 1
+    return "".join(out)
+
+@functools.cache
+def engine_classes() -> dict[str, str]:
+    """{"L": letters, "N": digits}: `regex` (V1) set expressions for `\\p{L}` and `\\p{N}` as the Rust regex inside
+    tiktoken sees them, read off tiktoken itself (its Unicode tables can be older than the `regex` module's): the
+    `regex` module's class, less what tiktoken's lacks, plus what only tiktoken's has."""
+    every = array.array("I", itertools.chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
+    out = {}
+    for name in ("L", "N"):   # a pattern that matches one class: tiktoken skips every other character
+        enc = tiktoken.Encoding("probe", pat_str=rf"\p{{{name}}}+", mergeable_ranks={bytes([i]): i for i in range(256)}, special_tokens={})
+        ours, theirs = set(regex.findall(rf"\p{{{name}}}", every)), set(enc.decode(enc.encode_ordinary(every)))
+        cls = rf"\p{{{name}}}--[{_ranges(sorted(map(ord, ours - theirs)))}]" if ours - theirs else rf"\p{{{name}}}"
+        out[name] = f"[[{cls}]{_ranges(sorted(map(ord, theirs - ours)))}]" if theirs - ours else f"[{cls}]"
+    return out
+
+@functools.cache
+def _cut_regex():
+    """Zero-width matches at the places where SPLIT_PATTERN always cuts, whatever follows (rules A-G above), searched
+    right to left. A reverse search tests each rule's assertions last to first, so the cheap look-behind is last."""
+    L, N, W = engine_classes()["L"], engine_classes()["N"], r"[^\S\r\n]"   # W: whitespace other than a newline
+    y = r"(?=(?s:.))"                                                     # there is a next character
+    rules = [rf"(?={W})(?<=\S)",                      # A: non-space | space
+             rf"(?!{L}){y}(?<={L})",                   # B: letter | non-letter
+             rf"(?!{N}){y}(?<={N})",                   # C: digit | non-digit
+             rf"(?={N})(?<!{L})(?<!{N})(?<=\S)",       # D: punctuation | digit
+             r"(?=\S)(?<=[\r\n])",                     # E: newline | non-space
+             rf"(?={W}+\S)(?<=[\r\n])",                # F: last newline of a whitespace run | the rest of the run, then non-space
+             rf"(?={W}\S)(?<={W})"]                    # G: whitespace | the run's last whitespace, then non-space
+    return regex.compile("|".join(rules), regex.REVERSE | regex.V1)
+
+_RUN = regex.compile(r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+", regex.REVERSE)   # a run of one class, ending where matched
+
+def _last_cut(text: str, p: int, e: int, near: int = 256) -> int | None:
+    """The rightmost place in (p, e] found where SPLIT_PATTERN always cuts, or None. The rules are tested `near`
+    characters at a time, right to left; a longer run of one class is jumped over (inside it there is no such place,
+    or one the search may miss: a missed place only makes a piece shorter). So the cost is linear in e - p."""
+    cut, hi = _cut_regex(), e
+    while hi > p:   # find the rightmost place in (lo, hi]
+        lo = max(p, hi - near)
+        m = cut.search(text, lo, min(len(text), hi + 2, e + 1))   # look-ahead up to 2 past hi (rules F, G), never past e
+        if m: return m.start()   # > lo: every rule looks behind, and nothing is visible before lo
+        rs = _RUN.match(text, p, lo + 1).start()   # text[rs:lo + 1]: the run of one class through lo
+        hi = rs + 1 if rs + 1 < lo else lo          # its inside holds no place: jump to its start
+    return None
+
+def cut_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTERN) -> tuple[list[str], int]:
+    """Cut `text` into pieces of at most `max_chars` characters that join to `text`; returns (pieces, number of forced cuts).
+    With SPLIT_PATTERN (or cl100k's) each piece ends at the last place found within reach where the pattern cuts
+    whatever follows, so the pieces' chunks are the whole text's; where there is none within `max_chars` (one chunk
+    that long: a million spaces, a megabyte word) the cut is forced at `max_chars`. Other patterns: every cut is forced.
+    Time linear in len(text)."""
+    if not isinstance(text, str): raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not isinstance(max_chars, int) or max_chars < 2: raise ValueError(f"max_chars must be an int >= 2, got {max_chars!r}")
+    if len(text) <= max_chars: return [text], 0
+    rules = pattern in _CUT_PATTERNS
+    pieces, p, forced = [], 0, 0
+    while len(text) - p > max_chars:
+        i = _last_cut(text, p, p + max_chars) if rules else None
+        if i is None:
+            i, forced = p + max_chars, forced + 1
+            if "\ud800" <= text[i - 1] <= "\udbff": i -= 1   # keep a surrogate pair whole (tiktoken reads it as one character)
+        pieces.append(text[p:i]); p = i
+    pieces.append(text[p:])
+    return pieces, forced
+
+_SURROGATE = regex.compile(r"[\ud800-\udfff]")
+
+def scalar_text(text: str) -> str:
+    """`text` with surrogate code points (not text: UTF-8 can't hold them) resolved as tiktoken resolves them: a
+    high-low pair becomes the character it encodes in UTF-16, a lone one U+FFFD. Other text is returned as is."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
+
+def split_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTERN) -> list[str]:
+    "The pieces of `cut_pieces` (list of str joining to `text`, each at most `max_chars` characters)."
+    return cut_pieces(text, max_chars, pattern)[0]
 
 # %% ../nbs/01_tokenizer.ipynb #aa2285bf
 def get_pair_counts(words: dict[tuple[int, ...], int]) -> Counter:
@@ -107,10 +198,15 @@ def train_rustbpe(text_iterator: Iterable[str], vocab_size: int, pattern: str = 
                   buffer_size: int = 8192) -> dict[bytes, int]:
     """Train byte-level BPE with rustbpe on an iterator of strings; returns mergeable ranks {token bytes: id}, ids 0..V-1
     (fewer than `vocab_size` if the text runs out of pairs). Same tie rule as `train_bpe_naive`, so the same ids.
+    Documents of any length and content train (in `split_pieces`); TypeError for a document that is not a str.
     ValueError if `vocab_size < 256`. Source: https://github.com/karpathy/rustbpe (trainer), tiktoken's rank format."""
     if vocab_size < 256: raise ValueError(f"vocab_size must be at least 256 (the byte tokens), got {vocab_size}")
+    def pieces():   # bounded pieces cut where the pattern always cuts: the same chunks, and rustbpe's regex never overflows
+        for i, t in enumerate(text_iterator):
+            if not isinstance(t, str): raise TypeError(f"document {i} is a {type(t).__name__}, not a str")
+            yield from split_pieces(scalar_text(t), MAX_PIECE, pattern)
     tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(text_iterator), vocab_size, buffer_size=buffer_size, pattern=pattern)
+    tok.train_from_iterator(pieces(), vocab_size, buffer_size=buffer_size, pattern=pattern)
     assert tok.get_pattern() == pattern
     return {bytes(b): int(r) for b, r in tok.get_mergeable_ranks()}
 
@@ -176,14 +272,28 @@ class Tokenizer:
     def encode(self, text: str | list[str], prepend: int | str | None = None, append: int | str | None = None,
                num_threads: int = 8) -> list[int] | list[list[int]]:
         """Encode a string (-> list of int ids) or a list of strings (-> list of lists, in `num_threads` threads).
-        Special-token strings inside the text are ordinary text. `prepend`/`append`: an id or a special token's name,
-        added to every sequence. TypeError for other input types; ValueError for an unknown special or id out of range."""
+        Special-token strings inside the text are ordinary text. Any string encodes, in time linear in its length
+        (see `cut_pieces`); surrogate code points are resolved as tiktoken does (`scalar_text`). `prepend`/`append`: an id
+        or a special token's name, added to every sequence. TypeError for other input types; ValueError for an unknown
+        special or id out of range."""
         pre = [] if prepend is None else [self._special_id(prepend)]
         app = [] if append is None else [self._special_id(append)]
-        if isinstance(text, str): return pre + self.enc.encode_ordinary(text) + app
+        if isinstance(text, str): return pre + self._encode_ordinary([text], num_threads)[0] + app
         if isinstance(text, (list, tuple)):
-            return [pre + ids + app for ids in self.enc.encode_ordinary_batch(list(text), num_threads=num_threads)]
+            bad = next((i for i, t in enumerate(text) if not isinstance(t, str)), None)
+            if bad is not None: raise TypeError(f"encode expects str or list[str]; item {bad} is a {type(text[bad]).__name__}")
+            return [pre + ids + app for ids in self._encode_ordinary(list(text), num_threads)]
         raise TypeError(f"encode expects str or list[str], got {type(text).__name__}")
+
+    def _encode_ordinary(self, texts: list[str], num_threads: int) -> list[list[int]]:
+        "tiktoken's ordinary ids of each text, encoded in pieces of at most `MAX_PIECE` characters (`split_pieces`), in threads."
+        pieces = [split_pieces(scalar_text(t), MAX_PIECE, self.pattern) for t in texts]
+        flat = [p for ps in pieces for p in ps]
+        ids = [self.enc.encode_ordinary(flat[0])] if len(flat) == 1 else self.enc.encode_ordinary_batch(flat, num_threads=num_threads)
+        out, k = [], 0
+        for ps in pieces:
+            out.append(ids[k] if len(ps) == 1 else [i for x in ids[k:k + len(ps)] for i in x]); k += len(ps)
+        return out
 
     def __call__(self, *args, **kwargs):
         "Same as `encode`."
@@ -302,8 +412,9 @@ def compression(tokenizer, docs: Iterable[str]) -> float:
     """Compression: total UTF-8 bytes / total tokens over `docs` (a float, higher = fewer tokens per text; no specials).
     `tokenizer` is a Tokenizer or a tiktoken Encoding. 0 tokens counts as 1 (no ZeroDivisionError)."""
     docs = list(docs)
-    enc = tokenizer.enc if isinstance(tokenizer, Tokenizer) else tokenizer
-    n_tok = sum(len(ids) for ids in enc.encode_ordinary_batch(docs))
+    if isinstance(tokenizer, Tokenizer): n_tok = sum(len(ids) for ids in tokenizer.encode(docs))
+    else:   # another tiktoken Encoding: bounded pieces too (its own pattern: forced cuts, a negligible change in the count)
+        n_tok = sum(len(ids) for ids in tokenizer.encode_ordinary_batch([p for d in docs for p in split_pieces(scalar_text(d), MAX_PIECE, tokenizer._pat_str)]))
     return sum(len(d.encode("utf-8")) for d in docs) / max(n_tok, 1)
 
 def train_tokenizer(vocab_size: int = 8192, max_chars: int = 2_000_000_000, doc_cap: int = 10_000,

@@ -27,8 +27,8 @@ SHAPES = {   # the worst inputs: long runs of one character class, no whitespace
 
 
 def sized(unit: str, n_bytes: int) -> str:
-    "`unit` repeated to about `n_bytes` UTF-8 bytes."
-    return unit * max(1, n_bytes // len(unit.encode()))
+    "`unit` repeated to about `n_bytes` UTF-8 bytes, and to at least 1.1 million characters if it is whitespace."
+    return unit * max(1, n_bytes // len(unit.encode()), 1_100_000 // len(unit) if unit.isspace() else 0)
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +58,17 @@ def test_random_bytes_line(tok):
 
 
 def test_training_on_pathological_corpus():
-    docs = ["hello world " * 20, " " * 1_200_000, "\t" * 1_100_000, "a" * MB, "a\ud800b \ud83d\ude00"] * 2
-    tok = Tokenizer.train_from_iterator(iter(docs), 300)   # raised PanicException (spaces) / UnicodeEncodeError (surrogates)
+    docs = ["hello world " * 20, " " * 1_200_000, "\t" * 1_100_000, "a" * MB] * 2
+    tok = Tokenizer.train_from_iterator(iter(docs), 300)   # raised PanicException
     assert tok.vocab_size == 300
     assert tok.decode(tok.encode(docs[1])) == docs[1]
+
+
+def test_training_on_surrogates():
+    docs = ["hello world " * 20, "a\ud800b \ud83d\ude00 c"] * 3
+    tok = Tokenizer.train_from_iterator(iter(docs), 300)   # raised UnicodeEncodeError
+    assert tok.decode(tok.encode(docs[1])) == "a\ufffdb 😀 c"
+    with pytest.raises(TypeError, match="document 1 is a bytes"): Tokenizer.train_from_iterator(["ok", b"x"], 300)
 
 
 def test_training_ids_unchanged_on_long_ordinary_documents():

@@ -296,7 +296,10 @@ def write_report(tag: str, base_tag: str | None = None, extra: dict | None = Non
     else:
         r = json.loads((bd / "train_result.json").read_text()) if (bd / "train_result.json").exists() else {}
         lines += [f"- {r.get('n_params', '?'):,} parameters, {r.get('num_steps', '?')} steps of {r.get('tokens_per_step', '?')} tokens" if r else "",
-                  f"- final val bits per byte **{r['final_val_bpb']:.4f}**" + (f" (unigram baselines on the same val split: bytes "
+                  f"- final val bits per byte **{r['final_val_bpb']:.4f}**"
+                  + (f" (exact-once: every token of the whole val split, {r['val_exact']['docs']:,} documents, "
+                     f"{r['val_exact']['bytes']:,} bytes)" if r.get("val_exact") else "")
+                  + (f" (unigram baselines on the same val split: bytes "
                   f"{r['unigram_byte_bpb']:.4f}, tokens {r['unigram_token_bpb']:.4f})" if "unigram_byte_bpb" in r else "")
                   + (f"; {r['tok_per_s']:,.0f} tok/s" if r.get("tok_per_s") else "") if "final_val_bpb" in r else "", ""]
         plot(bd, "loss.png", "base loss")

@@ -188,7 +188,8 @@ def gsm8k_pool(source: str = "offline", heldout_per_mille: int = 200, record: bo
         rec = dict(source=source, rule=f"held out iff crc32(question) % 1000 < {heldout_per_mille}" if source != "online" else "HF train / test",
                    n_pool=len(pool), n_heldout=len(held), heldout_sha256=_questions_hash(held), pool_sha256=_questions_hash(pool))
         d = eval_data_dir(); d.mkdir(parents=True, exist_ok=True)
-        (d / "gsm8k_split.json").write_text(json.dumps(rec, indent=1))
+        tmp = d / f"gsm8k_split.json.tmp{os.getpid()}"   # every rank may record it: write aside, then an atomic rename
+        tmp.write_text(json.dumps(rec, indent=1)); os.replace(tmp, d / "gsm8k_split.json")
     return pool, held
 
 # %% ../nbs/12_sft.ipynb #c969071b
@@ -421,7 +422,7 @@ class SFTConfig:
     weight_decay: float = 0.0        # weight decay of the optimizer (0: none)
     warmdown_ratio: float = 1.0      # fraction of steps of the final linear decay to 0 (1: decay from the start)
     eval_every: int = 50             # steps between val losses (-1: only at the end)
-    eval_batches: int = 8            # val batches per evaluation (per rank)
+    eval_batches: int = 8            # val batches per evaluation (in all, dealt to the data ranks)
     chat_eval_every: int = -1        # steps between chat evals (-1: only at the end; 0: never)
     chat_eval_tasks: str = "identity,mmlu,gsm8k,spellingbee"  # tasks of the chat eval
     chat_eval_items: int = 20        # items per chat-eval task
@@ -528,9 +529,10 @@ def sft(cfg: SFTConfig) -> dict:
 
     def val_loss():
         model.eval()
-        vb = sft_batches(val_mix, tok, B, T, dp_rank, dp_size, 1, cfg.seed, cfg.buffer_size, device)
-        # every rank must run the same number of all-reduces: take up to eval_batches, padded with empty batches
-        mine = [b for _, b in zip(range(cfg.eval_batches), vb)]
+        # the same val batches at any layout: the first eval_batches of one stream, dealt round-robin to the data
+        # ranks (masked_loss sums over them and all-reduces once, so ranks may hold different numbers of batches)
+        vb = sft_batches(val_mix, tok, B, T, 0, 1, 1, cfg.seed, cfg.buffer_size, device)
+        mine = [b for i, b in zip(range(cfg.eval_batches), vb) if i % dp_size == dp_rank]
         l, n = masked_loss(model, mine, group)
         model.train()
         return l, n // dup

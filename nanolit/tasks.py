@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from .core import get_base_dir, dist_init, print0, autodetect_device_type
-from .eval import evaluate_bpb, evaluate_core_task, core_score, run_categorical, run_generative
+from .eval import evaluate_bpb_exact, evaluate_core_task, core_score, run_categorical, run_generative
 
 # %% auto #0
 __all__ = ['LETTERS', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES', 'HF_SOURCES',
@@ -702,22 +702,15 @@ def save_results(rows: list[dict], name: str, title: str, value_key: str = "cent
     fig.tight_layout(); fig.savefig(paths["png"], dpi=100)
     return paths
 
-def eval_base(model, tokenizer, max_per_task: int | None = None, tasks: list[str] | None = None, bpb_tokens: int = 65536,
-              device=None) -> dict:
-    "bpb on the val shards (if present) and CORE over the built tasks. Returns {'rows', 'core', 'missing', 'bpb'}."
+def eval_base(model, tokenizer, max_per_task: int | None = None, tasks: list[str] | None = None, device=None) -> dict:
+    "Exact-once val bpb (if val shards exist) and CORE over the built tasks: {'rows', 'core', 'missing', 'bpb', 'bpb_exact'}."
     device = device or next(model.parameters()).device
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    bpb = None
+    bpb = bpb_exact = None
     try:
-        from nanolit.data import BOSBestFitLoader, list_parquet_files
-        if list_parquet_files("val"):
-            # every rank reads the same single stream of rows and scores batches rank, rank+W, ...: the same rows
-            # (so the same number) at any world size; reading is cheap next to the forward passes
-            B, T = 8, model.config.sequence_len
-            loader = BOSBestFitLoader(tokenizer, B, T, "val", 0, 1, device=device)
-            total = max(1, bpb_tokens // (B * T))
-            mine = (b for i, b in zip(range(total), loader) if i % world == rank)
-            bpb = evaluate_bpb(model, mine, len(range(rank, total, world)), tokenizer.token_bytes().to(device))
+        from nanolit.data import iter_documents, list_parquet_files
+        if list_parquet_files("val"):   # every token of every val document once (09_eval); documents dealt to ranks
+            bpb_exact = evaluate_bpb_exact(model, tokenizer, iter_documents("val", epochs=1), batch_size=8, device=device)
+            bpb = bpb_exact["bpb"]
     except (FileNotFoundError, ValueError) as e: print0(f"bpb skipped: {e}")
     rows, acc, missing = [], {}, []
     for name in (tasks or CORE_TASKS):
@@ -729,7 +722,7 @@ def eval_base(model, tokenizer, max_per_task: int | None = None, tasks: list[str
                          accuracy=acc[name], baseline=base, centered=(acc[name] - base) / (1 - base)))
         print0(f"{name:34s} acc {acc[name]:.4f}  centered {rows[-1]['centered']:+.4f}")
     _, core = core_score(acc, {k: CORE_TASKS[k][2] for k in acc})
-    return dict(rows=rows, core=core, missing=missing, bpb=bpb)
+    return dict(rows=rows, core=core, missing=missing, bpb=bpb, bpb_exact=bpb_exact)
 
 CHAT_BASELINES = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "gsm8k": 0.0, "humaneval": 0.0, "spellingbee": 0.0}
 
@@ -836,7 +829,7 @@ def eval_cli(argv: list[str] | None = None) -> dict:
     if a.kind == "base":
         res = eval_base(model, tok, a.max_per_task, tasks)
         if not res["rows"]: ap.exit(2, f"error: no CORE eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval base --build`\n")
-        title = f"CORE {res['core']:.4f} ({len(res['rows'])} tasks)" + (f", val bpb {res['bpb']:.4f}" if res["bpb"] else "")
+        title = f"CORE {res['core']:.4f} ({len(res['rows'])} tasks)" + (f", val bpb {res['bpb']:.4f} (exact-once: every token of {res['bpb_exact']['docs']:,} val documents, {res['bpb_exact']['bytes']:,} bytes)" if res["bpb"] else "")
         print0(title); print0(f"missing ({len(res['missing'])}): {', '.join(res['missing'])}")
     else:
         # an eval never scores an item the model trained on: the lineage's record (SFT and RL write it; a base model

@@ -66,3 +66,27 @@ def test_periodic_val_same_tokens_at_any_world(tiny_base_dir, world, kw):
         assert val[0]["step"] == 0 and val[0]["bpb"] == pytest.approx(ref_val[0]["bpb"], rel=1e-12), (val[0], ref_val[0])
         assert exact["bytes"] == true_bytes and exact["docs"] == 20   # the final eval: the whole split, each byte once
         assert math.isfinite(exact["bpb"])
+
+
+def _eval_base(base):
+    from nanolit.tasks import eval_base
+    from nanolit.model import GPTConfig, build_model
+    from nanolit.tokenizer import get_tokenizer
+    with fp64(base):
+        os.environ["NANOLIT_BASE_DIR"] = base
+        tok = get_tokenizer(os.path.join(base, "tokenizer"))
+        torch.manual_seed(0)
+        m = build_model(GPTConfig(n_layer=2, n_head=2, n_kv_head=2, n_embd=32, vocab_size=tok.vocab_size, sequence_len=64,
+                                  window_pattern="L"), "cpu").eval()
+        for p in m.parameters(): p.data.normal_(0, 0.3)
+        return eval_base(m, tok, tasks=[])
+
+
+def test_eval_cli_base_bpb_is_exact_once(tiny_base_dir):
+    "`python -m nanolit.eval base`'s bpb (eval_base) is the exact-once number over the whole val split, at world 1 and 2."
+    base = str(tiny_base_dir)
+    one = _eval_base(base)
+    assert one["bpb_exact"]["bytes"] == sum(len(d.encode("utf-8")) for d in _val_docs(base))
+    assert one["bpb"] == pytest.approx(_exact(base, 8)["bpb"], rel=1e-12)
+    for r in run_distributed(_eval_base, 2, base, timeout=120):
+        assert r["bpb_exact"]["bytes"] == one["bpb_exact"]["bytes"] and r["bpb"] == pytest.approx(one["bpb"], rel=1e-12)

@@ -46,13 +46,26 @@ def _fp64(base, fn):
     with fp64(base): return fn()
 
 
-def _sft(base, run, total):
+def _mini_gsm8k(base, n=60):
+    "A JSONL of n GSM8K-style problems (about 20% become SFT's held-out val conversations)."
+    import json
+    p = base / "mini_gsm_sft.jsonl"
+    if p.exists(): return str(p)          # written once, by the first (one-process) run, before ranks fork
+    p.write_text("\n".join(json.dumps(dict(question=f"Tom has {i} apples and buys {i + 3} more. How many now?",
+                                           answer=f"He has {i}+{i + 3}=<<{i}+{i + 3}={2 * i + 3}>>{2 * i + 3}.\n#### {2 * i + 3}"))
+                           for i in range(n)))
+    return str(p)
+
+
+def _sft(base, run, total, eval_batches=2, steps=3):
     os.environ["NANOLIT_BASE_DIR"] = str(base)
     import nanolit.sft as S
     seen, restore = _own_model(S)
     try:
-        res = _fp64(base, lambda: S.sft(S.SFTConfig(tag=run, source_tag="tiny_sft", sources="identity", device_batch_size=2,
-                                              total_batch_size=total, num_iterations=3, eval_every=-1, eval_batches=2,
+        res = _fp64(base, lambda: S.sft(S.SFTConfig(tag=run, source_tag="tiny_sft", sources="identity,gsm8k",
+                                              gsm8k_source=_mini_gsm8k(base), device_batch_size=2,
+                                              total_batch_size=total, num_iterations=steps, eval_every=-1,
+                                              eval_batches=eval_batches,
                                               chat_eval_every=0, progress=False)))
     finally: restore()
     sd = {k: v.detach().clone() for k, v in seen[0].state_dict().items()}     # this rank's parameters, from its memory
@@ -72,9 +85,19 @@ def test_sft_two_ranks_equal_one_process(tiny_base_dir):
     for rank, (losses, counts, val, sd) in enumerate(outs):
         assert counts == ref_n                              # the same trained tokens per step
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_l), atol=1e-6, rtol=1e-6)
-        assert (val is None and ref_v is None) or val == pytest.approx(ref_v, rel=1e-6)
+        assert ref_v is not None and val == pytest.approx(ref_v, rel=1e-6)         # a held-out val set exists: compared
         _assert_same_params(sd, ref_sd, f"rank {rank}")    # each rank's own weights equal the one-process run's
     assert any(not torch.equal(ref_sd[k], v) for k, v in _sft_start(tiny_base_dir).items())   # and training moved them
+
+
+def test_sft_val_loss_same_at_any_world(tiny_base_dir):
+    "SFT's val loss scores the same val batches at 1, 2 and 3 data ranks (was: eval_batches from each rank's own shard)."
+    _tiny_base(tiny_base_dir)
+    ref = _sft(tiny_base_dir, "sft_val1", 2 * T * 6, eval_batches=1, steps=1)[2]
+    assert ref is not None
+    for world in (2, 3):
+        for r in run_distributed(_sft, world, tiny_base_dir, f"sft_val{world}", 2 * T * 6, 1, 1, timeout=300):
+            assert r[2] == pytest.approx(ref, rel=1e-9), (world, r[2], ref)
 
 
 def _sft_start(base):

@@ -3,7 +3,7 @@
 tiktoken and rustbpe run the split pattern with fancy-regex, whose backtracking stack overflows on a run of about a
 million spaces: a `pyo3_runtime.PanicException`, a BaseException nothing above catches. The Tokenizer cuts text into
 pieces of at most MAX_PIECE characters where the pattern always cuts (`cut_pieces`), so the ids stay those of one
-tiktoken call on ordinary text. These tests use megabyte inputs, a few seconds in all.
+tiktoken call on ordinary text. These tests use megabyte inputs: about 10-20 s in all on a shared 2-core machine.
 """
 import random
 import sysconfig
@@ -116,6 +116,22 @@ def test_ids_identical_on_adversarial_but_safe_strings(tok):
         for s in [" " * (n - 1) + "x", "ab " * (n // 3) + "c" * (n % 3), "x" + "\n" * (n - 1)]:
             assert cut_pieces(s)[1] == 0, (n, s[:5])
             assert tok.encode(s) == tok.enc.encode_ordinary(s)
+
+
+def test_cl100k_digit_rule_has_the_same_cut_places(tok):
+    "cut_pieces applies the rules to cl100k's pattern too (digits in 1-3): the ids of the pieces equal one call."
+    cl100k = SPLIT_PATTERN.replace(r"\p{N}{1,2}", r"\p{N}{1,3}")
+    enc = tiktoken.Encoding("cl", pat_str=cl100k, mergeable_ranks=tok.mergeable_ranks, special_tokens={})
+    rng = random.Random(4)
+    units = [" ", "  ", "\n", "\t", "a", "1", "12", "123", "!", "'s", " 1", "\n 1", "中", "²"]
+    checked = 0
+    for _ in range(2000):
+        s = "".join(rng.choice(units) for _ in range(rng.randint(1, 30)))
+        pieces, forced = cut_pieces(s, rng.randint(2, 12), cl100k)
+        if not forced:
+            checked += 1
+            assert [i for p in pieces for i in enc.encode_ordinary(p)] == enc.encode_ordinary(s), s
+    assert checked > 300
 
 
 def test_batch_threads_and_specials(tok):

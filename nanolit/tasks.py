@@ -112,7 +112,7 @@ _NUMBER_RE = re.compile(
 def parse_number(m: re.Match) -> float:
     "The value of a `_NUMBER_RE` match as a float: sign applied, thousands commas removed, a fraction divided."
     num = m["num"].replace(",", "")
-    if "/" in num: a, b = num.split("/"); v = int(a) / int(b)
+    if "/" in num: a, b = num.split("/"); v = float(a) / float(b)   # floats: a 5,000-digit numerator is inf, not an error
     else: v = float(num)
     return -v if m["sign"] in ("-", "\u2212") else v
 

@@ -347,3 +347,16 @@ def test_builder_bigbench(eval_base):
                      bigbench_repeat_copy_logic=32, bigbench_language_identification=10000).items():
         assert got[t] == n, t
     assert got["bigbench_cs_algorithms"] == 1320
+
+
+@pytest.mark.parametrize("text", ["#### " + "9" * 5000 + "/3", "#### " + "9" * 400 + "/1", "#### " + "9" * 5000,
+                                  "#### " + "1,000" * 2000, "#### -" + "0" * 10000 + ".5", "####" * 100000,
+                                  "1/" + "1" * 5000, "x" * 1_000_000, "#### " + "\u2212" * 1000 + "5"])
+def test_answer_extraction_is_total(text):
+    "Any text, however long or odd its numbers, gives a number, inf, or None: never an exception (5,000-digit ints did)."
+    from nanolit.tasks import extract_answer, numbers_match, GSM8K
+    v = extract_answer(text)
+    assert v is None or isinstance(v, float)
+    assert numbers_match(v, 5.0) in (True, False)
+    g = GSM8K([dict(question="q", answer="#### 5")])
+    assert g.evaluate(g[0], text) in (True, False)

@@ -13,6 +13,7 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
 from torch import Tensor
 
 from .core import COMPUTE_DTYPE, detect_compute_dtype
@@ -294,11 +295,15 @@ class GPT(nn.Module):
             x = block(x, ve, cos, sin, self.windows[i], kv_cache)
         if kv_cache is not None: kv_cache.advance(T)
         sc = self.config.logit_softcap
-        if targets is not None:     # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
+        if targets is not None and not isinstance(self.lm_head.weight, DTensor):
+            # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
             loss = chunked_lm_loss(norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction)
             return loss.view(B, T) if loss_reduction == "none" else loss
-        logits = self.lm_head(norm(x)).float()
-        return sc * torch.tanh(logits / sc)
+        logits = self.lm_head(norm(x)).float()   # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
+        logits = sc * torch.tanh(logits / sc)
+        if targets is None: return logits
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction)
+        return loss.view(B, T) if loss_reduction == "none" else loss
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "Parameters by optimizer treatment: 'matrix' (2-D hidden weights, and 3-D stacks of expert matrices after MoE), 'embedding' (wte, value embeddings), 'lm_head', 'scalar' (0-/1-D)."

@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
+from starlette.requests import ClientDisconnect
 from fastcore.script import call_parse
 
 from .core import autodetect_device_type, get_base_dir
@@ -69,6 +70,11 @@ class ChatLimitError(ValueError): "A conversation over a configured limit (messa
 
 ROLES = ("system", "user", "assistant")
 
+def _short(v, n: int = 40) -> str:
+    "repr(v) cut to about `n` characters (a 4000-digit number or a 100k-character role is no clear error line)."
+    r = repr(v)
+    return r if len(r) <= n else f"{r[:n]}... ({len(r)} characters)"
+
 def prompt_tokens(tokenizer: Tokenizer, messages: list[dict], max_message_chars: int = 4000, max_turns: int = 32,
                   context_len: int | None = None) -> list[int]:
     """Validate `messages` (a list of {"role", "content"} with string content, non-empty after strip) and render them
@@ -79,7 +85,7 @@ def prompt_tokens(tokenizer: Tokenizer, messages: list[dict], max_message_chars:
     if not isinstance(messages, list) or not messages: raise ValueError("'messages' must be a non-empty list")
     for i, m in enumerate(messages):
         if not isinstance(m, dict): raise ValueError(f"message {i} must be an object with 'role' and 'content'")
-        if m.get("role") not in ROLES: raise ValueError(f"message {i} has role {m.get('role')!r}; expected one of {ROLES}")
+        if m.get("role") not in ROLES: raise ValueError(f"message {i} has role {_short(m.get('role'))}; expected one of {ROLES}")
         c = m.get("content")
         if not isinstance(c, str): raise ValueError(f"message {i} content must be a string")
         if not c.strip(): raise ValueError(f"message {i} is empty")
@@ -283,14 +289,17 @@ def create_app(model, tokenizer: Tokenizer, engine: Engine | None = None, max_me
     fails midway). At most `max_concurrent` generations run (each in a thread); up to `max_queue` more wait, beyond that
     429. A client that disconnects is noticed within `disconnect_poll` seconds: while it waits it leaves the queue and
     is never generated; while it streams its generation stops (freeing the slot and the KV cache). `app.state.stats`
-    (also in `GET /health`) counts running, waiting, completed, aborted_waiting and aborted_streaming requests; each
-    abort is one INFO line on the `nanolit.chat` logger. Errors are JSON {"error": msg}: 400 malformed JSON / fields / role order, 413 over a size limit, 422 bad
-    sampling option. `engine` defaults to `Engine(model, tokenizer)`."""
+    (also in `GET /health`) counts running, waiting, completed, aborted_reading (the client left before its body had
+    all arrived: starlette's ClientDisconnect), aborted_waiting and aborted_streaming requests; each abort is one INFO
+    line on the `nanolit.chat` logger, no traceback. Errors are JSON {"error": one line}, never a 500: 400 malformed
+    JSON (syntax, bad UTF-8, nested too deeply, an integer over Python's digit limit) / fields / role order, 413 over a
+    size limit, 422 bad sampling option (wrong type, NaN/inf, out of range). `engine` defaults to `Engine(model, tokenizer)`."""
     engine = engine or Engine(model, tokenizer)
     ctx = model.config.sequence_len
     defaults = {**dict(temperature=0.6, top_k=50, max_tokens=min(512, max_tokens_limit)), **(defaults or {})}
     app = FastAPI(title="nanolit chat")
-    st = app.state.stats = dict(running=0, waiting=0, completed=0, aborted_waiting=0, aborted_streaming=0)
+    st = app.state.stats = dict(running=0, waiting=0, completed=0, aborted_reading=0, aborted_waiting=0,
+                                aborted_streaming=0)
     slots = dict(loop=None, sem=None)
 
     def sem():   # one semaphore per event loop (TestClient may run a fresh loop per request)
@@ -310,29 +319,36 @@ def create_app(model, tokenizer: Tokenizer, engine: Engine | None = None, max_me
     async def completions(request: Request):
         # refuse an oversized body before reading it: by its declared length, else while it streams in
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
+        if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > max_body_bytes):
             return _err(413, f"request body is {declared} bytes; the limit is {max_body_bytes}")
         body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_body_bytes: return _err(413, f"request body is over {max_body_bytes} bytes (the limit)")
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_body_bytes: return _err(413, f"request body is over {max_body_bytes} bytes (the limit)")
+        except ClientDisconnect:                   # the client left mid-body: nothing to answer, nothing generated
+            st["aborted_reading"] += 1
+            _log.info("client left while sending its request (%d of %s bytes): not generated (aborted while reading: %d)",
+                      len(body), declared or "?", st["aborted_reading"])
+            return _err(499, "client disconnected")
         try: req = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e: return _err(400, f"malformed JSON: {e}")
+        except RecursionError: return _err(400, "malformed JSON: nested too deeply")
+        except ValueError as e: return _err(400, f"malformed JSON: {e}")   # also bad UTF-8, an int over the digit limit
         if not isinstance(req, dict): return _err(400, "the body must be a JSON object with a 'messages' list")
         opts = dict(defaults)
         for k in ("temperature", "top_k", "max_tokens", "seed"):
             v = req.get(k)
             if v is None: continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or (k != "temperature" and not isinstance(v, int)):
-                return _err(422, f"{k} must be a {'number' if k == 'temperature' else 'integer'}, got {v!r}")
+                return _err(422, f"{k} must be {'a number' if k == 'temperature' else 'an integer'}, got {_short(v)}")
             opts[k] = v
-        if not 0 <= opts["temperature"] <= 2: return _err(422, f"temperature must be in [0, 2], got {opts['temperature']}")
-        if opts["top_k"] is not None and opts["top_k"] < 0: return _err(422, f"top_k must be >= 0, got {opts['top_k']}")
+        if not 0 <= opts["temperature"] <= 2: return _err(422, f"temperature must be in [0, 2], got {_short(opts['temperature'])}")
+        if opts["top_k"] is not None and opts["top_k"] < 0: return _err(422, f"top_k must be >= 0, got {_short(opts['top_k'])}")
         opts["top_k"] = opts["top_k"] or None
         if opts.get("seed") is not None and not 0 <= opts["seed"] < 2**63:
-            return _err(422, f"seed must be in [0, 2**63), got {opts['seed']}")
+            return _err(422, f"seed must be in [0, 2**63), got {_short(opts['seed'])}")
         if not 1 <= opts["max_tokens"] <= max_tokens_limit:
-            return _err(422, f"max_tokens must be in [1, {max_tokens_limit}], got {opts['max_tokens']}")
+            return _err(422, f"max_tokens must be in [1, {max_tokens_limit}], got {_short(opts['max_tokens'])}")
         try: ids = prompt_tokens(tokenizer, req.get("messages"), max_message_chars, max_turns, ctx)
         except ChatLimitError as e: return _err(413, str(e))
         except ValueError as e: return _err(400, str(e))

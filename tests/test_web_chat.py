@@ -1,7 +1,8 @@
 """The chat web server: the page driven in headless Chromium (Debian's /usr/bin/chromium via playwright): type a
 message, see the streamed reply, reset (skips if chromium or the playwright package is missing: `apt-get install -y
 chromium`, `pip install playwright`; no `playwright install` needed); and clients that disconnect, while queued or
-while streaming, against a real uvicorn server on 127.0.0.1 with raw sockets."""
+while streaming, against a real uvicorn server on 127.0.0.1 with raw sockets; bad request bodies (deep nesting,
+huge integers, NaN, wrong types) get one clear 4xx line, and a client gone mid-body is counted, not a traceback."""
 import json
 import os
 import shutil
@@ -165,4 +166,93 @@ def test_disconnected_clients_are_not_generated(tiny):
         for s in (a, b):
             if s is not None: s.close()
         logger.removeHandler(handler); logger.setLevel(level)
+        server.should_exit = True; server.thread.join(5)
+
+
+_CONV = '[{"role": "user", "content": "Hail"}]'
+BAD_BODIES = [   # (name, body, status, a word the one-line error must contain)
+    ("deep nesting", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    ("deep nesting in a field", b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400, "nested too deeply"),
+    ("5000-digit seed", b'{"messages": %s, "seed": %s}' % (_CONV.encode(), b"9" * 5000), 400, "digits"),
+    ("4000-digit seed", b'{"messages": %s, "seed": %s}' % (_CONV.encode(), b"9" * 4000), 422, "seed"),
+    ("4000-digit max_tokens", b'{"messages": %s, "max_tokens": %s}' % (_CONV.encode(), b"9" * 4000), 422, "max_tokens"),
+    ("NaN temperature", b'{"messages": %s, "temperature": NaN}' % _CONV.encode(), 422, "temperature"),
+    ("inf temperature", b'{"messages": %s, "temperature": Infinity}' % _CONV.encode(), 422, "temperature"),
+    ("1e400 temperature", b'{"messages": %s, "temperature": 1e400}' % _CONV.encode(), 422, "temperature"),
+    ("string temperature", b'{"messages": %s, "temperature": "hot"}' % _CONV.encode(), 422, "temperature"),
+    ("negative max_tokens", b'{"messages": %s, "max_tokens": -5}' % _CONV.encode(), 422, "max_tokens"),
+    ("float top_k", b'{"messages": %s, "top_k": 2.5}' % _CONV.encode(), 422, "top_k"),
+    ("NaN top_k", b'{"messages": %s, "top_k": NaN}' % _CONV.encode(), 422, "top_k"),
+    ("bool max_tokens", b'{"messages": %s, "max_tokens": true}' % _CONV.encode(), 422, "max_tokens"),
+    ("messages a string", b'{"messages": "hi"}', 400, "messages"),
+    ("messages an object", b'{"messages": {"role": "user", "content": "hi"}}', 400, "messages"),
+    ("no messages", b'{}', 400, "messages"),
+    ("message not an object", b'{"messages": ["hi"]}', 400, "message 0"),
+    ("content a number", b'{"messages": [{"role": "user", "content": 5}]}', 400, "string"),
+    ("content NaN", b'{"messages": [{"role": "user", "content": NaN}]}', 400, "string"),
+    ("role invalid", b'{"messages": [{"role": "root", "content": "x"}]}', 400, "role"),
+    ("role a list", b'{"messages": [{"role": ["user"], "content": "x"}]}', 400, "role"),
+    ("role 100k characters", b'{"messages": [{"role": "%s", "content": "x"}]}' % (b"r" * 100_000), 400, "characters"),
+    ("content 100k characters", b'{"messages": [{"role": "user", "content": "%s"}]}' % (b"c" * 100_000), 413, "limit"),
+    ("body a list", b'[1]', 400, "JSON object"),
+    ("empty body", b'', 400, "malformed JSON"),
+    ("bad UTF-8", b'{"messages": [{"role": "user", "content": "\xff"}]}', 400, "malformed JSON"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,needle", BAD_BODIES, ids=[c[0] for c in BAD_BODIES])
+def test_bad_bodies_get_one_clear_4xx_line(tiny, name, body, status, needle):
+    """Bad input gets one clear line: a 4xx JSON {"error": one short line}, never a 500. Deep nesting
+    (RecursionError in json.loads) and a 5000-digit integer (ValueError: Python's int digit limit) used to be 500s."""
+    from fastapi.testclient import TestClient
+    from nanolit.chat import create_app
+    model, tok = tiny
+    with TestClient(create_app(model, tok, engine=CountingEngine(0)), raise_server_exceptions=False) as client:
+        r = client.post("/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, (r.status_code, r.text[:300])
+    msg = r.json()["error"]
+    assert isinstance(msg, str) and "\n" not in msg and len(msg) <= 300, msg
+    assert needle in msg, msg
+
+
+def test_client_gone_while_sending_its_body(tiny):
+    """A client that declares Content-Length: 1000 and hangs up after 7 bytes: counted in
+    app.state.stats["aborted_reading"] (and /health), one INFO line on nanolit.chat, no ERROR (the ClientDisconnect
+    traceback uvicorn used to log); nothing is generated and the server keeps serving."""
+    import logging
+    import httpx
+    from nanolit.chat import create_app, parse_sse, start_server
+    model, tok = tiny
+    eng = CountingEngine(0)
+    app = create_app(model, tok, engine=eng)
+    st = app.state.stats
+    records = []
+    handler = logging.Handler(); handler.emit = records.append
+    loggers = [logging.getLogger(n) for n in ("nanolit.chat", "uvicorn.error", "uvicorn", "")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers: lg.addHandler(handler)
+    loggers[0].setLevel(logging.INFO)
+    server, url = start_server(app)
+    try:
+        u = urlsplit(url)
+        s = socket.create_connection((u.hostname, u.port), timeout=5)
+        s.sendall(b"POST /chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"messa" % u.netloc.encode())
+        time.sleep(0.2)
+        s.close()
+        _wait_for(lambda: st.get("aborted_reading") == 1, "the abort while reading the body to be counted")
+        time.sleep(0.2)                                # any traceback would be logged by now
+        r = httpx.post(url + "/chat/completions", json=dict(messages=[dict(role="user", content="Hail")], max_tokens=3),
+                       timeout=10)
+        assert r.status_code == 200 and parse_sse(r.text) == ("...", [])
+        assert len(eng.calls) == 1, "the client that hung up must never have been generated"
+        h = httpx.get(url + "/health", timeout=5).json()
+        assert (h["aborted_reading"], h["aborted_waiting"], h["aborted_streaming"], h["completed"]) == (1, 0, 0, 1)
+        records = list({id(r): r for r in records}.values())   # seen once per logger it propagates through
+        errors = [f"{r.name}: {r.getMessage()}" for r in records if r.levelno >= logging.WARNING]
+        assert not errors, errors
+        infos = [r.getMessage() for r in records if r.name == "nanolit.chat"]
+        assert len(infos) == 1 and infos[0].startswith("client left while sending its request"), infos
+    finally:
+        for lg, lv in zip(loggers, levels): lg.removeHandler(handler); lg.setLevel(lv)
         server.should_exit = True; server.thread.join(5)

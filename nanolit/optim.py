@@ -260,6 +260,13 @@ def _whole(v, name: str) -> int:
             if isinstance(v, float) and v.is_integer(): return int(v)
     raise ValueError(f"{name} must be a whole number, got {v!r}")
 
+def _fraction(v, name: str) -> float:
+    "v as a float if it is a real number in [0, 1], else ValueError naming `name` (a string or None is no fraction)."
+    if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__") or isinstance(v, str):
+        raise ValueError(f"{name} must be a number in [0, 1], got {v!r}")
+    if not 0 <= float(v) <= 1: raise ValueError(f"{name} must be in [0, 1], got {v!r}")
+    return float(v)
+
 def warmup_warmdown_steps(num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2) -> tuple[int, int]:
     """(W, D): the warmup and warmdown lengths, in trained steps, of a `num_steps`-step WSD schedule, with W + D <= N.
     D = round(warmdown_ratio * N), at least 1 if the ratio is > 0. If they overlap, the warmup keeps its length and
@@ -268,7 +275,7 @@ def warmup_warmdown_steps(num_steps: int, warmup_steps: int = 0, warmdown_ratio:
     num_steps, warmup_steps = _whole(num_steps, "num_steps"), _whole(warmup_steps, "warmup_steps")
     if num_steps < 1: raise ValueError(f"num_steps must be >= 1, got {num_steps}")
     if warmup_steps < 0: raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
-    if not 0 <= warmdown_ratio <= 1: raise ValueError(f"warmdown_ratio must be in [0, 1], got {warmdown_ratio}")
+    warmdown_ratio = _fraction(warmdown_ratio, "warmdown_ratio")
     N = num_steps
     D = max(1, round(warmdown_ratio * N)) if warmdown_ratio > 0 else 0
     D = 0 if D == 0 or N == 1 else max(1, min(D, N - warmup_steps))   # the warmdown keeps at least the last step
@@ -279,12 +286,14 @@ def lr_multiplier(step: int, num_steps: int, warmup_steps: int = 0, warmdown_rat
     """Learning-rate multiplier at trained step `step` (0-based; a loop of `num_steps` steps trains 0..num_steps-1) of
     a warmup / constant / linear warmdown (WSD) schedule (Hägele et al. 2024), with (W, D) = `warmup_warmdown_steps`:
     (step+1)/W during warmup (so step 0 is > 0 and step W-1 is exactly 1), 1, then linear down over the last D steps
-    to exactly `final_lr_frac` at step num_steps-1. Raises ValueError on invalid arguments (a step outside 0..N-1)."""
+    to exactly `final_lr_frac` at step num_steps-1 whenever there is a warmdown (D > 0: any warmdown_ratio > 0 and
+    N > 1). Without one (warmdown_ratio 0, or a one-step run, whose only step must be > 0) the schedule ends at its
+    plateau (or its warmup's last value). Raises ValueError on invalid arguments (a step outside 0..N-1)."""
     W, D = warmup_warmdown_steps(num_steps, warmup_steps, warmdown_ratio)
     num_steps, step = _whole(num_steps, "num_steps"), _whole(step, "step")
     if not 0 <= step < num_steps:
         raise ValueError(f"step must be a trained step, in [0, {num_steps - 1}] for num_steps={num_steps}, got {step}")
-    if not 0 <= final_lr_frac <= 1: raise ValueError(f"final_lr_frac must be in [0, 1], got {final_lr_frac}")
+    final_lr_frac = _fraction(final_lr_frac, "final_lr_frac")
     if step < W: return (step + 1) / W
     if step >= num_steps - D: return final_lr_frac + (1 - final_lr_frac) * (num_steps - 1 - step) / D
     return 1.0

@@ -17,3 +17,11 @@ def test_loop_trains_the_schedule_to_its_end(tiny_base_dir, monkeypatch):
     assert [h["lr_mult"] for h in hist] == [lr_multiplier(s, N, W, r, phi) for s in range(N)]
     lrm = [h["lr_mult"] for h in hist]
     assert lrm[1] == 1.0 and lrm[-1] == phi and lrm == pytest.approx([0.5, 1.0, 1.0, 0.7, 0.4, 0.1], abs=1e-12)
+
+
+@pytest.mark.parametrize("args", [(0, 10, 0, "0.2"), (0, 10, 0, 0.2, None), (0, 10, 0, 0.2, "0"), (0, 10, 0, True)])
+def test_schedule_bad_types_are_one_clear_error(args):
+    "A string or None for a fraction is a ValueError naming the argument (was a TypeError from a comparison)."
+    from nanolit.optim import lr_multiplier
+    with pytest.raises(ValueError, match="warmdown_ratio|final_lr_frac"):
+        lr_multiplier(*args)

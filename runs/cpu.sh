@@ -3,7 +3,7 @@
 # train a BPE tokenizer, pretrain a small GPT for about 10 minutes on a 2-core CPU (val bits per byte next to
 # unigram baselines), fine-tune it into a chat model (SFT on real offline conversations, ~8 min), run RL on
 # GSM8K-style problems (~8 min), evaluate the chat model, write a run report with the loss curves and eval
-# tables, and end with a one-shot chat answer. About 40 minutes in all on an idle 2-core CPU.
+# tables, and end with a one-shot chat answer. About 30 minutes in all on a 2-core CPU.
 # Artifacts go to $NANOLIT_BASE_DIR (default ~/.cache/nanolit); the report to $NANOLIT_BASE_DIR/report/$RUN.md.
 # Knobs: DEPTH, STEPS, VOCAB, CORPUS, SFT_STEPS, RL_STEPS, EVAL_ITEMS.
 set -euo pipefail

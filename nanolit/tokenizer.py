@@ -99,6 +99,20 @@ def _last_cut(text: str, p: int, e: int, near: int = 256) -> int | None:
         hi = rs + 1 if rs + 1 < lo else lo          # its inside holds no place: jump to its start
     return None
 
+@functools.cache
+def _digit_run():
+    "A run of digits (tiktoken's \\p{N}) ending where matched: searched right to left."
+    return regex.compile(engine_classes()["N"] + "+", regex.REVERSE | regex.V1)
+
+def _digit_group_cut(text: str, p: int, i: int, group: int) -> int | None:
+    """A cut at or left of `i`, in (p, i], on a digit-group boundary if text[i-1] and text[i] are digits of one run,
+    else None. A digit is only ever taken by the `\\p{N}{1,g}` alternative, so a run's groups of `group` digits are
+    counted from its first digit (or from `p`, an earlier cut on such a boundary): cutting between groups is exact."""
+    m = _digit_run().match(text, p, i + 1) if i < len(text) else None
+    if m is None or m.end() != i + 1 or m.start() >= i: return None   # text[i-1:i+1] is not two digits of a run
+    j = i - (i - m.start()) % group
+    return j if j > p else None
+
 def cut_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTERN) -> tuple[list[str], int]:
     """Cut `text` into pieces of at most `max_chars` characters that join to `text`; returns (pieces, number of forced cuts).
     With SPLIT_PATTERN (or cl100k's) each piece ends at the last place found within reach where the pattern cuts
@@ -112,6 +126,8 @@ def cut_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTE
     pieces, p, forced = [], 0, 0
     while len(text) - p > max_chars:
         i = _last_cut(text, p, p + max_chars) if rules else None
+        if i is None and rules:   # inside a run of digits longer than a piece: cut between two of its digit groups
+            i = _digit_group_cut(text, p, p + max_chars, 2 if pattern == SPLIT_PATTERN else 3)
         if i is None:
             i, forced = p + max_chars, forced + 1
             if "\ud800" <= text[i - 1] <= "\udbff": i -= 1   # keep a surrogate pair whole (tiktoken reads it as one character)

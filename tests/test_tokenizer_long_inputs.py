@@ -162,3 +162,12 @@ def test_compression_is_total(tok):
     foreign = tiktoken.Encoding("bytes", pat_str=r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
                                 mergeable_ranks={bytes([i]): i for i in range(256)}, special_tokens={})   # GPT-2's pattern
     assert compression(foreign, docs) == 1.0
+
+
+@pytest.mark.parametrize("s", ["Pi is " + "1234567890" * 14000, " " + "12" * 70000, "x" + "7" * 300001,
+                               "5" * 262144 + " a", "(" + "9" * 140001 + ")"])
+def test_digit_runs_longer_than_a_piece_cut_between_groups(tok, s):
+    "A digit run longer than MAX_PIECE is cut between its digit groups, not forced mid-group: ids equal one tiktoken call."
+    pieces, forced = cut_pieces(s)
+    assert forced == 0 and len(pieces) > 1                                  # was one forced, misaligned cut
+    assert tok.encode(s) == tok.enc.encode_ordinary(s)                      # was 126,899 vs 126,006 ids on the first

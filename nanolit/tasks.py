@@ -323,7 +323,8 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, ch
 _FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)
 
 def extract_code(completion: str) -> str:
-    "The code in the first Markdown code fence of `completion`, or the completion itself."
+    "The code in the first Markdown code fence of `completion`, or the completion itself ('' if it is not a str)."
+    if not isinstance(completion, str): return ""     # no code: judged like an empty answer, never an error
     m = _FENCE_RE.search(completion)
     return m.group(1) if m else completion
 

@@ -457,3 +457,14 @@ def test_answer_extraction_is_total(text):
     assert numbers_match(v, 5.0) in (True, False)
     g = GSM8K([dict(question="q", answer="#### 5")])
     assert g.evaluate(g[0], text) in (True, False)
+
+
+def test_humaneval_non_str_completion_is_a_failure_not_an_error():
+    "A completion that is not a str (None, bytes) is judged a failure, never an exception (was AttributeError)."
+    from nanolit.tasks import HumanEval
+    item = dict(task_id="t", entry_point="f", prompt='def f(x):\n    """x itself."""\n', canonical_solution="    return x\n",
+                test="def check(candidate):\n    assert candidate(2) == 2\n")
+    h = HumanEval([item])
+    assert h.evaluate(h[0], "    return x\n")
+    for bad in (None, b"    return x\n", 5):
+        assert h.evaluate(h[0], bad) is False

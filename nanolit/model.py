@@ -299,7 +299,8 @@ class GPT(nn.Module):
             # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
             loss = chunked_lm_loss(norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction)
             return loss.view(B, T) if loss_reduction == "none" else loss
-        logits = self.lm_head(norm(x)).float()   # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
+        logits = self.lm_head(norm(x))           # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))   # fp32 (fp64 for an fp64 model), as the loss
         logits = sc * torch.tanh(logits / sc)
         if targets is None: return logits
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction)

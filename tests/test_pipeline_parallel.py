@@ -144,7 +144,7 @@ def test_pp_dp_equals_single_process(schedule, accum):
     ref_losses, ref_sd = _ref_run(accum)
     outs = run_distributed(_ppdp_run, PP * DP, schedule, accum, timeout=180)
     for losses, sd in outs:
-        torch.testing.assert_close(losses, ref_losses, **TOL)   # fp32: the model computes the loss from fp32 logits
+        torch.testing.assert_close(losses, ref_losses, **TOL)   # the loss from fp64 logits, as the one-process model
         assert sorted(sd) == sorted(ref_sd)
         for k in ref_sd:
             assert sd[k].dtype == torch.float64

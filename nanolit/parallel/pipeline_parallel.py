@@ -85,7 +85,8 @@ class GPTStage(nn.Module):
             ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
             x = self.blocks[str(i)](x, ve, cos, sin, self.windows[j])
         if not self.is_last: return x, x0
-        logits = (self.lm_head(norm(x)) if self.tp_group is None else self.lm_head(norm(x), seq_len=T)).float()
+        logits = (self.lm_head(norm(x)) if self.tp_group is None else self.lm_head(norm(x), seq_len=T))
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))   # fp32 (fp64 for fp64), as GPT's loss
         sc = self.config.logit_softcap
         return sc * torch.tanh(logits / sc)
 
@@ -275,7 +276,7 @@ def run_pipeline(stage: GPTStage, microbatches: list[tuple[Tensor, Tensor]], sch
             t0 = time.perf_counter()              # waiting for the input is bubble, not work
             out = stage(*inp, idx=idx)
             if stage.is_last:
-                loss = stage.loss(out, tgt); losses.append(loss.detach().float()); out = (loss * (loss_scale / m),)
+                loss = stage.loss(out, tgt); losses.append(loss.detach()); out = (loss * (loss_scale / m),)
             else: works += send_tensors(out, nxt, FWD_TAG)
             saved[i] = (inp, out)
         else:
@@ -377,7 +378,7 @@ class Pipeline:
         self._scale = loss_scale / self.m
         losses = []
         self.schedule.step(idx=idx, target=targets, losses=losses)
-        return torch.stack([l.detach().float() for l in losses]) / self._scale if self.has_last else None
+        return torch.stack([l.detach() for l in losses]) / self._scale if self.has_last else None
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "This rank's parameters by optimizer treatment (all its stages merged), for `nanolit.optim.build_optimizer`."
@@ -406,4 +407,5 @@ class Pipeline:
         t = losses.mean().to(torch.float64) if self.has_last else torch.zeros((), dtype=torch.float64)  # one dtype on every rank
         if self.pp_size > 1:
             dist.broadcast(t, src=self.last_rank, group=self.group)
-        return t.to(losses.dtype if self.has_last else torch.float32)
+        # the last stage's loss dtype (fp32 logits, fp64 for an fp64 model); the other ranks infer it from their weights
+        return t.to(losses.dtype if self.has_last else torch.promote_types(self.parameters()[0].dtype, torch.float32))

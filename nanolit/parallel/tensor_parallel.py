@@ -328,7 +328,7 @@ def vocab_parallel_cross_entropy(logits: Tensor, targets: Tensor, group=None, vo
         raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} disagree on the leading dims")
     w, vl = tp_world(group), logits.size(-1)
     start = tp_rank(group) * vl
-    z = logits.float().reshape(-1, vl)
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, vl)   # fp32, fp64 for fp64
     t = targets.reshape(-1)
     if vocab_size is not None and vocab_size < vl * w:
         z = z.masked_fill(torch.arange(start, start + vl, device=z.device) >= vocab_size, float("-inf"))
@@ -381,7 +381,8 @@ class _TPGPT(GPT):
             x = rl[i].to(dtype) * x + xl[i].to(dtype) * x0
             ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None   # this rank's KV heads
             x = block(x, ve, cos, sin, self.windows[i], None)
-        logits = self.lm_head(norm(x), seq_len=T).float()       # (B, T, ceil(V/W)): this rank's vocabulary slice
+        logits = self.lm_head(norm(x), seq_len=T)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))       # (B, T, ceil(V/W)): this rank's vocabulary slice
         logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)   # elementwise: applied locally
         if targets is None: return gather_from_tp(logits, g, -1, c.vocab_size)
         return vocab_parallel_cross_entropy(logits, targets, g, c.vocab_size, ignore_index=-1, reduction=loss_reduction)

@@ -69,8 +69,15 @@ def keep_teaching_outputs(nb: dict, max_lines: int = 30) -> dict:
 
 def _run_one(nb_path: Path, flags: list[str], save: bool) -> tuple[bool, float]:
     "Run one notebook in this (fresh) process; with `save`, write its outputs back."
+    from execnb import shell
     from nbdev.config import get_config
     from nbdev.test import test_nb
+
+    init = shell.CaptureShell.__init__
+    if not getattr(init, "png100", False):  # execnb defaults to 'retina' (200 dpi): store figures at 100 dpi
+        def png_init(self, *a, mpl_format="png", **kw): init(self, *a, mpl_format=mpl_format, **kw)
+        png_init.png100 = True
+        shell.CaptureShell.__init__ = png_init
     cfg = get_config(ROOT)
     skip = cfg.tst_flags.split() if isinstance(cfg.tst_flags, str) else list(cfg.tst_flags)
     return test_nb(nb_path, skip_flags=skip, force_flags=flags, basepath=ROOT, showerr=True, save=save)

@@ -20,12 +20,16 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> tuple[int
     "Validate the (B,T,H,D) layout; return (B, Tq, Tk, Hq, Hkv, D). Raises ValueError on any mismatch."
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v must be 4-D (B, T, H, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if k.shape != v.shape: raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
     B, Tq, Hq, D = q.shape
     Bk, Tk, Hkv, Dk = k.shape
-    if Bk != B or Dk != D: raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head dim")
-    if Hq % Hkv: raise ValueError(f"number of query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
-    if Tq > Tk: raise ValueError(f"Tq ({Tq}) must be <= Tk ({Tk}): queries are the last Tq positions")
+    if Bk != B or Dk != D:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} disagree on batch or head dim")
+    if Hq % Hkv:
+        raise ValueError(f"number of query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+    if Tq > Tk:
+        raise ValueError(f"Tq ({Tq}) must be <= Tk ({Tk}): queries are the last Tq positions")
     if window is not None and (not isinstance(window, int) or window < 1):
         raise ValueError(f"window must be a positive int or None, got {window!r}")
     return B, Tq, Tk, Hq, Hkv, D
@@ -40,13 +44,13 @@ def attention_naive(q: Tensor, k: Tensor, v: Tensor, window: int | None = None) 
     rows = []
     for b in range(B):
         for h in range(Hq):
-            g = h // group                                  # the kv head this query head reads
+            g = h // group  # the kv head this query head reads
             for i in range(Tq):
-                p = Tk - Tq + i                             # absolute position of this query
+                p = Tk - Tq + i  # absolute position of this query
                 lo = 0 if window is None else max(0, p - window + 1)
-                keys, vals = k[b, lo:p + 1, g], v[b, lo:p + 1, g]   # the visible keys, (n, D)
-                scores = keys @ q[b, i, h] / math.sqrt(D)          # (n,)
-                rows.append(torch.softmax(scores, dim=0) @ vals)    # (D,)
+                keys, vals = k[b, lo : p + 1, g], v[b, lo : p + 1, g]  # the visible keys, (n, D)
+                scores = keys @ q[b, i, h] / math.sqrt(D)  # (n,)
+                rows.append(torch.softmax(scores, dim=0) @ vals)  # (D,)
     # stack keeps autograd intact (in-place writes into `out` would too, but stacking reads more plainly)
     return torch.stack(rows).view(B, Hq, Tq, D).transpose(1, 2).contiguous()
 
@@ -55,12 +59,15 @@ def attention_mask(Tq: int, Tk: int, window: int | None = None, device: torch.de
     """torch.bool mask of shape (Tq, Tk) on `device`, True where query i (at position Tk-Tq+i) may attend to key j:
     j <= Tk-Tq+i (causal) and, if `window` w is given, j > Tk-Tq+i-w (sliding window, Beltagy et al. 2020).
     ValueError if Tq > Tk or w < 1."""
-    if Tq > Tk: raise ValueError(f"Tq ({Tq}) must be <= Tk ({Tk})")
-    if window is not None and window < 1: raise ValueError(f"window must be >= 1 or None, got {window}")
+    if Tq > Tk:
+        raise ValueError(f"Tq ({Tq}) must be <= Tk ({Tk})")
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1 or None, got {window}")
     qpos = torch.arange(Tk - Tq, Tk, device=device)[:, None]
     kpos = torch.arange(Tk, device=device)[None, :]
     mask = kpos <= qpos
-    if window is not None: mask = mask & (kpos > qpos - window)
+    if window is not None:
+        mask = mask & (kpos > qpos - window)
     return mask
 
 # %% ../nbs/03_attention.ipynb #847554a3
@@ -69,27 +76,30 @@ def attention_matmul(q: Tensor, k: Tensor, v: Tensor, window: int | None = None)
     shapes or window), computed as masked matmuls softmax(QK^T/sqrt(D) + M) V over all queries at once (Vaswani et al.
     2017, eq. 1). Materialises the (B,Hq,Tq,Tk) score tensor: a reference, not for long sequences."""
     B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))                       # (B, H, T, D)
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
     k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)                       # (B, Hq, Tq, Tk)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)  # (B, Hq, Tq, Tk)
     scores = scores.masked_fill(~attention_mask(Tq, Tk, window, device=q.device), float("-inf"))
-    return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)              # (B, Tq, Hq, D)
+    return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)  # (B, Tq, Hq, D)
 
 # %% ../nbs/03_attention.ipynb #7d338b33
 try:
-    from flash_attn import flash_attn_func as _flash_attn_func   # optional: pip install flash-attn (CUDA only)
+    from flash_attn import flash_attn_func as _flash_attn_func  # optional: pip install flash-attn (CUDA only)
 except ImportError:
     _flash_attn_func = None
 
 _SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")  # torch >= 2.5
 
+
 def _flash_window(window: int | None) -> tuple[int, int]:
     "flash-attn's `window_size=(left, right)` for our causal window w: w-1 keys to the left, none to the right; -1 = unbounded."
     return (-1, 0) if window is None else (window - 1, 0)
 
+
 def _use_flash(q: Tensor) -> bool:
     "True when the flash-attn path applies: the package imported, and q is a CUDA bf16/fp16 tensor."
     return _flash_attn_func is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
+
 
 def attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Tensor:
     """Causal attention, fast path. q: (B,Tq,Hq,D); k, v: (B,Tk,Hkv,D) with Hq % Hkv == 0 and Tq <= Tk; query i sits at
@@ -99,15 +109,18 @@ def attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Ten
     B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
     if _use_flash(q):
         return _flash_attn_func(q, k, v, causal=True, window_size=_flash_window(window))
-    if window is not None and window >= Tk: window = None                   # a window wider than the context is no window
+    if window is not None and window >= Tk:
+        window = None  # a window wider than the context is no window
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # SDPA wants (B, H, T, D)
     kw = {}
     if Hkv != Hq:
-        if _SDPA_HAS_GQA: kw["enable_gqa"] = True
-        else: kt, vt = kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1)
+        if _SDPA_HAS_GQA:
+            kw["enable_gqa"] = True
+        else:
+            kt, vt = kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1)
     if window is None and Tq == Tk:
         y = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, **kw)
-    elif window is None and Tq == 1:                                        # one query at the end sees every key
+    elif window is None and Tq == 1:  # one query at the end sees every key
         y = F.scaled_dot_product_attention(qt, kt, vt, **kw)
     else:
         y = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=attention_mask(Tq, Tk, window, device=q.device), **kw)

@@ -6,7 +6,14 @@ Docs: https://nanolit.github.io/nanolit/chat.html.md"""
 
 # %% ../nbs/14_chat.ipynb #79e92835
 from __future__ import annotations
-import asyncio, html, json, logging, random, sys, threading, time
+import asyncio
+import html
+import json
+import logging
+import random
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -29,17 +36,22 @@ __all__ = ['STAGE_COMMANDS', 'ROLES', 'CHAT_HTML', 'latest_tag', 'load_model', '
 # %% ../nbs/14_chat.ipynb #dba453b8
 STAGE_COMMANDS = {"base": "python -m nanolit.train", "sft": "python -m nanolit.sft", "rl": "python -m nanolit.rl"}
 
+
 def latest_tag(stage: str = "base") -> str:
     "Name of the most recently modified tag directory under `get_base_dir()/checkpoints/stage`; FileNotFoundError if none."
-    root = checkpoint_dir(stage, "x").parent        # validates `stage` as a plain name
+    root = checkpoint_dir(stage, "x").parent  # validates `stage` as a plain name
     tags = [d for d in root.iterdir() if d.is_dir() and list_checkpoints(d)] if root.is_dir() else []
     if not tags:
-        raise FileNotFoundError(f"no {stage!r} checkpoints in {root}: train one first with "
-                                f"`{STAGE_COMMANDS.get(stage, 'python -m nanolit.train')}` (or set NANOLIT_BASE_DIR)")
+        raise FileNotFoundError(
+            f"no {stage!r} checkpoints in {root}: train one first with "
+            f"`{STAGE_COMMANDS.get(stage, 'python -m nanolit.train')}` (or set NANOLIT_BASE_DIR)"
+        )
     return max(tags, key=lambda d: d.stat().st_mtime).name
 
-def load_model(stage: str = "base", tag: str | None = None, step: int | None = None, device: str | None = None
-               ) -> tuple[GPT, Tokenizer, dict]:
+
+def load_model(
+    stage: str = "base", tag: str | None = None, step: int | None = None, device: str | None = None
+) -> tuple[GPT, Tokenizer, dict]:
     """Load `(model, tokenizer, meta)` from the checkpoint `stage/tag/step` (tag None: the newest tag dir of the stage,
     step None: the newest complete step). The GPT is rebuilt from `meta["model_config"]` on the meta device, moved to
     `device` (default `autodetect_device_type()`), loaded strictly and put in eval mode. The tokenizer is
@@ -50,58 +62,88 @@ def load_model(stage: str = "base", tag: str | None = None, step: int | None = N
     tag = tag if tag is not None else latest_tag(stage)
     d = checkpoint_dir(stage, tag)
     if not d.is_dir() or not list_checkpoints(d):
-        raise FileNotFoundError(f"no checkpoint in {d}: train one first with "
-                                f"`{STAGE_COMMANDS.get(stage, 'python -m nanolit.train')} --tag {tag}`")
+        raise FileNotFoundError(
+            f"no checkpoint in {d}: train one first with "
+            f"`{STAGE_COMMANDS.get(stage, 'python -m nanolit.train')} --tag {tag}`"
+        )
     sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
-    if "model_config" not in meta: raise ValueError(f"{d}: meta.json has no 'model_config'; not a nanolit model checkpoint")
+    if "model_config" not in meta:
+        raise ValueError(f"{d}: meta.json has no 'model_config'; not a nanolit model checkpoint")
     cfg = GPTConfig(**meta["model_config"])
-    model = model_from_meta(meta, device)           # dense or MoE, initialised; the saved weights are loaded next
+    model = model_from_meta(meta, device)  # dense or MoE, initialised; the saved weights are loaded next
     model.load_state_dict(sd, strict=True)
     model.eval()
     tok_dir = (meta.get("config") or {}).get("tokenizer_dir") or None
     tok = get_tokenizer(tok_dir)
     if tok.vocab_size > cfg.vocab_size:
-        raise ValueError(f"tokenizer has {tok.vocab_size} ids but the model only {cfg.vocab_size}: wrong tokenizer for {d}")
-    check_tokenizer(tok, meta, d)                   # the same merges it was trained with (ValueError if retrained since)
+        raise ValueError(
+            f"tokenizer has {tok.vocab_size} ids but the model only {cfg.vocab_size}: wrong tokenizer for {d}"
+        )
+    check_tokenizer(tok, meta, d)  # the same merges it was trained with (ValueError if retrained since)
     return model, tok, meta
 
 # %% ../nbs/14_chat.ipynb #f057e1d8
-class ChatLimitError(ValueError): "A conversation over a configured limit (message length, turns, context)."
+class ChatLimitError(ValueError):
+    "A conversation over a configured limit (message length, turns, context)."
+
 
 ROLES = ("system", "user", "assistant")
+
 
 def _short(v, n: int = 40) -> str:
     "repr(v) cut to about `n` characters (a 4000-digit number or a 100k-character role is no clear error line)."
     r = repr(v)
     return r if len(r) <= n else f"{r[:n]}... ({len(r)} characters)"
 
-def prompt_tokens(tokenizer: Tokenizer, messages: list[dict], max_message_chars: int = 4000, max_turns: int = 32,
-                  context_len: int | None = None) -> list[int]:
+
+def prompt_tokens(
+    tokenizer: Tokenizer,
+    messages: list[dict],
+    max_message_chars: int = 4000,
+    max_turns: int = 32,
+    context_len: int | None = None,
+) -> list[int]:
     """Validate `messages` (a list of {"role", "content"} with string content, non-empty after strip) and render them
     for the next assistant turn with `tokenizer.render_for_completion` (role order: optional system, then user,
     assistant, ... ending with user; ValueError otherwise). ChatLimitError if a message has more than
     `max_message_chars` characters, there are more than `max_turns` user messages, or the prompt does not leave room
     for one new token in `context_len` (the model's `sequence_len`)."""
-    if not isinstance(messages, list) or not messages: raise ValueError("'messages' must be a non-empty list")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict): raise ValueError(f"message {i} must be an object with 'role' and 'content'")
-        if m.get("role") not in ROLES: raise ValueError(f"message {i} has role {_short(m.get('role'))}; expected one of {ROLES}")
+        if not isinstance(m, dict):
+            raise ValueError(f"message {i} must be an object with 'role' and 'content'")
+        if m.get("role") not in ROLES:
+            raise ValueError(f"message {i} has role {_short(m.get('role'))}; expected one of {ROLES}")
         c = m.get("content")
-        if not isinstance(c, str): raise ValueError(f"message {i} content must be a string")
-        if not c.strip(): raise ValueError(f"message {i} is empty")
+        if not isinstance(c, str):
+            raise ValueError(f"message {i} content must be a string")
+        if not c.strip():
+            raise ValueError(f"message {i} is empty")
         if len(c) > max_message_chars:
             raise ChatLimitError(f"message {i} has {len(c)} characters; the limit is {max_message_chars}")
     n_user = sum(m["role"] == "user" for m in messages)
-    if n_user > max_turns: raise ChatLimitError(f"{n_user} user turns; the limit is {max_turns} (start a new conversation)")
-    if messages[-1]["role"] != "user": raise ValueError("the last message must be from the user")
+    if n_user > max_turns:
+        raise ChatLimitError(f"{n_user} user turns; the limit is {max_turns} (start a new conversation)")
+    if messages[-1]["role"] != "user":
+        raise ValueError("the last message must be from the user")
     ids = tokenizer.render_for_completion({"messages": messages})
     if context_len is not None and len(ids) >= context_len:
-        raise ChatLimitError(f"the conversation is {len(ids)} tokens; the model's context is {context_len} "
-                             f"(start a new conversation)")
+        raise ChatLimitError(
+            f"the conversation is {len(ids)} tokens; the model's context is {context_len} (start a new conversation)"
+        )
     return ids
 
-def stream_reply(engine: Engine, tokens: list[int], stop: threading.Event | None = None, temperature: float = 0.6,
-                 top_k: int | None = 50, max_tokens: int = 512, seed: int | None = None) -> Iterator[str]:
+
+def stream_reply(
+    engine: Engine,
+    tokens: list[int],
+    stop: threading.Event | None = None,
+    temperature: float = 0.6,
+    top_k: int | None = 50,
+    max_tokens: int = 512,
+    seed: int | None = None,
+) -> Iterator[str]:
     """Yield the assistant reply to the prompt `tokens` as text pieces (whole UTF-8 characters) via
     `engine.stream_text`, ending at `<|assistant_end|>`, after `max_tokens` tokens, or when `stop` is set (checked
     before each piece; the engine's generator is closed at once, freeing its KV cache). seed None: a fresh random seed
@@ -110,18 +152,31 @@ def stream_reply(engine: Engine, tokens: list[int], stop: threading.Event | None
     pieces = engine.stream_text(tokens, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
     try:
         for piece in pieces:
-            if stop is not None and stop.is_set(): break
+            if stop is not None and stop.is_set():
+                break
             yield piece
     finally:
-        if hasattr(pieces, "close"): pieces.close()   # ends the engine's generator now: its KV cache is freed
+        if hasattr(pieces, "close"):
+            pieces.close()  # ends the engine's generator now: its KV cache is freed
 
 # %% ../nbs/14_chat.ipynb #90fbba2f
 class ChatSession:
     """A conversation with `model` via an `Engine`: `messages` is the list of {"role", "content"} dicts.
     `system`: optional system prompt. Limits as in `prompt_tokens`; sampling defaults for `stream`."""
-    def __init__(self, model, tokenizer: Tokenizer, system: str | None = None, max_message_chars: int = 4000,
-                 max_turns: int = 32, temperature: float = 0.6, top_k: int | None = 50, max_tokens: int = 512,
-                 seed: int | None = None, engine: Engine | None = None):
+
+    def __init__(
+        self,
+        model,
+        tokenizer: Tokenizer,
+        system: str | None = None,
+        max_message_chars: int = 4000,
+        max_turns: int = 32,
+        temperature: float = 0.6,
+        top_k: int | None = 50,
+        max_tokens: int = 512,
+        seed: int | None = None,
+        engine: Engine | None = None,
+    ):
         self.model, self.tokenizer, self.system = model, tokenizer, system
         self.engine = engine or Engine(model, tokenizer)
         self.max_message_chars, self.max_turns = max_message_chars, max_turns
@@ -134,16 +189,22 @@ class ChatSession:
 
     def prompt(self) -> list[int]:
         "The prompt ids for the next assistant turn (via `prompt_tokens`)."
-        return prompt_tokens(self.tokenizer, self.messages, self.max_message_chars, self.max_turns,
-                             self.model.config.sequence_len)
+        return prompt_tokens(
+            self.tokenizer, self.messages, self.max_message_chars, self.max_turns, self.model.config.sequence_len
+        )
 
     def add_user(self, text: str) -> list[int]:
         "Append a user message after validating it (ValueError / ChatLimitError, session unchanged); returns the prompt ids."
-        if self.messages and self.messages[-1]["role"] == "user": raise ValueError("the last user message has no reply yet")
-        if not isinstance(text, str) or not text.strip(): raise ValueError("the message is empty: type something to send")
+        if self.messages and self.messages[-1]["role"] == "user":
+            raise ValueError("the last user message has no reply yet")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("the message is empty: type something to send")
         self.messages.append(dict(role="user", content=text))
-        try: return self.prompt()
-        except ValueError: self.messages.pop(); raise
+        try:
+            return self.prompt()
+        except ValueError:
+            self.messages.pop()
+            raise
 
     def stream(self, text: str | None = None, stop: threading.Event | None = None, **sampling) -> Iterator[str]:
         """Add `text` as a user message (if given; validated now, not at first `next`), then return an iterator of reply
@@ -154,14 +215,22 @@ class ChatSession:
     def _stream(self, ids, stop, sampling):
         pieces, keep = [], False
         try:
-            for p in stream_reply(self.engine, ids, stop, **sampling): pieces.append(p); yield p
+            for p in stream_reply(self.engine, ids, stop, **sampling):
+                pieces.append(p)
+                yield p
             keep = True
-        except GeneratorExit: keep = True; raise      # the consumer stopped early: keep the partial reply
-        except BaseException: keep = bool(pieces); raise
+        except GeneratorExit:
+            keep = True
+            raise  # the consumer stopped early: keep the partial reply
+        except BaseException:
+            keep = bool(pieces)
+            raise
         finally:
             if self.messages and self.messages[-1]["role"] == "user":
-                if keep: self.messages.append(dict(role="assistant", content="".join(pieces)))
-                else: self.messages.pop()          # nothing generated: roll back the user message
+                if keep:
+                    self.messages.append(dict(role="assistant", content="".join(pieces)))
+                else:
+                    self.messages.pop()  # nothing generated: roll back the user message
 
     def send(self, text: str, **sampling) -> str:
         "The whole reply to `text` (appended to the conversation)."
@@ -172,23 +241,37 @@ def chat_repl(session: ChatSession, prompt: str | None = None, read: Callable[[s
     """Run a chat on the terminal: read a line with `read`, stream the reply to `out` (default stdout).
     Commands: `/reset` forgets the conversation, `/quit` (or EOF, Ctrl-C) exits. `prompt`: answer it and return."""
     out = out or sys.stdout
+
     def reply(text) -> bool:
         try:
-            for piece in session.stream(text): out.write(piece); out.flush()
+            for piece in session.stream(text):
+                out.write(piece)
+                out.flush()
             out.write("\n")
             return True
         except ValueError as e:
             (sys.stderr if out is sys.stdout else out).write(f"error: {e}\n")
             return False
-    if prompt is not None: return reply(prompt)   # True if answered, False on an error (one-shot mode exits 1)
+
+    if prompt is not None:
+        return reply(prompt)  # True if answered, False on an error (one-shot mode exits 1)
     out.write("nanolit chat: /reset to start over, /quit to leave\n")
     while True:
-        try: line = read("you> ")
-        except (EOFError, KeyboardInterrupt): out.write("\n"); return
-        if line.strip() == "/quit": return
-        if line.strip() == "/reset": session.reset(); out.write("(conversation reset)\n"); continue
-        if not line.strip(): continue
-        out.write("model> "); reply(line)
+        try:
+            line = read("you> ")
+        except (EOFError, KeyboardInterrupt):
+            out.write("\n")
+            return
+        if line.strip() == "/quit":
+            return
+        if line.strip() == "/reset":
+            session.reset()
+            out.write("(conversation reset)\n")
+            continue
+        if not line.strip():
+            continue
+        out.write("model> ")
+        reply(line)
 
 # %% ../nbs/14_chat.ipynb #ddc04d5c
 CHAT_HTML = r"""<!doctype html>
@@ -249,40 +332,65 @@ input.addEventListener("keydown", e => { if (e.key === "Enter" && !e.shiftKey) {
 </script></body></html>
 """
 
-def _err(status: int, msg: str) -> JSONResponse: return JSONResponse({"error": msg}, status_code=status)
 
-def _sse(obj) -> str: return "data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n"
+def _err(status: int, msg: str) -> JSONResponse:
+    return JSONResponse({"error": msg}, status_code=status)
+
+
+def _sse(obj) -> str:
+    return "data: " + (obj if isinstance(obj, str) else json.dumps(obj)) + "\n\n"
+
 
 _log = logging.getLogger("nanolit.chat")
+
 
 async def _take_slot(slots: asyncio.Semaphore, request: Request, poll: float) -> bool:
     """Acquire one of `slots` for `request`, or give up as soon as its client has disconnected (checked before, every
     `poll` seconds while waiting, and right after acquiring). True: the slot is held; False: nothing is held."""
-    if await request.is_disconnected(): return False
+    if await request.is_disconnected():
+        return False
     acq, ok = asyncio.ensure_future(slots.acquire()), False
     try:
         while not acq.done():
             await asyncio.wait({acq}, timeout=poll)
-            if not acq.done() and await request.is_disconnected(): return False
+            if not acq.done() and await request.is_disconnected():
+                return False
         ok = not await request.is_disconnected()
         return ok
     finally:
         if not ok:
-            acq.cancel()                           # a cancelled waiter gives a slot it was just handed back
-            if acq.done() and not acq.cancelled(): slots.release()
+            acq.cancel()  # a cancelled waiter gives a slot it was just handed back
+            if acq.done() and not acq.cancelled():
+                slots.release()
+
 
 class _StreamThenClose(StreamingResponse):
     "A StreamingResponse that calls `on_close()` once the response is over: finished, failed, or the client gone."
-    def __init__(self, content, on_close: Callable[[], None], **kw):
-        super().__init__(content, **kw); self.on_close = on_close
-    async def __call__(self, scope, receive, send):
-        try: await super().__call__(scope, receive, send)
-        finally: self.on_close()
 
-def create_app(model, tokenizer: Tokenizer, engine: Engine | None = None, max_message_chars: int = 4000,
-               max_turns: int = 32, max_concurrent: int = 2, max_queue: int = 16, max_tokens_limit: int = 1024,
-               max_body_bytes: int = 1_000_000, defaults: dict | None = None,
-               disconnect_poll: float = 0.1) -> FastAPI:
+    def __init__(self, content, on_close: Callable[[], None], **kw):
+        super().__init__(content, **kw)
+        self.on_close = on_close
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
+
+
+def create_app(
+    model,
+    tokenizer: Tokenizer,
+    engine: Engine | None = None,
+    max_message_chars: int = 4000,
+    max_turns: int = 32,
+    max_concurrent: int = 2,
+    max_queue: int = 16,
+    max_tokens_limit: int = 1024,
+    max_body_bytes: int = 1_000_000,
+    defaults: dict | None = None,
+    disconnect_poll: float = 0.1,
+) -> FastAPI:
     """FastAPI app: `GET /` the chat page, `GET /health` JSON status, `POST /chat/completions` with
     {"messages": [...], "temperature"?: 0..2, "top_k"?: int >= 0 (0 = off), "max_tokens"?: 1..max_tokens_limit,
     "seed"?: int} streaming `text/event-stream` events `{"token": str}` then `[DONE]` (`{"error": str}` if generation
@@ -298,22 +406,30 @@ def create_app(model, tokenizer: Tokenizer, engine: Engine | None = None, max_me
     ctx = model.config.sequence_len
     defaults = {**dict(temperature=0.6, top_k=50, max_tokens=min(512, max_tokens_limit)), **(defaults or {})}
     app = FastAPI(title="nanolit chat")
-    st = app.state.stats = dict(running=0, waiting=0, completed=0, aborted_reading=0, aborted_waiting=0,
-                                aborted_streaming=0)
+    st = app.state.stats = dict(
+        running=0, waiting=0, completed=0, aborted_reading=0, aborted_waiting=0, aborted_streaming=0
+    )
     slots = dict(loop=None, sem=None)
 
-    def sem():   # one semaphore per event loop (TestClient may run a fresh loop per request)
+    def sem():  # one semaphore per event loop (TestClient may run a fresh loop per request)
         loop = asyncio.get_running_loop()
-        if slots["loop"] is not loop: slots["loop"], slots["sem"] = loop, asyncio.Semaphore(max_concurrent)
+        if slots["loop"] is not loop:
+            slots["loop"], slots["sem"] = loop, asyncio.Semaphore(max_concurrent)
         return slots["sem"]
 
     @app.get("/", response_class=HTMLResponse)
-    async def index(): return HTMLResponse(CHAT_HTML)
+    async def index():
+        return HTMLResponse(CHAT_HTML)
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", **st, "max_concurrent": max_concurrent, "sequence_len": ctx,
-                "vocab_size": model.config.vocab_size}
+        return {
+            "status": "ok",
+            **st,
+            "max_concurrent": max_concurrent,
+            "sequence_len": ctx,
+            "vocab_size": model.config.vocab_size,
+        }
 
     @app.post("/chat/completions")
     async def completions(request: Request):
@@ -325,93 +441,148 @@ def create_app(model, tokenizer: Tokenizer, engine: Engine | None = None, max_me
         try:
             async for chunk in request.stream():
                 body += chunk
-                if len(body) > max_body_bytes: return _err(413, f"request body is over {max_body_bytes} bytes (the limit)")
-        except ClientDisconnect:                   # the client left mid-body: nothing to answer, nothing generated
+                if len(body) > max_body_bytes:
+                    return _err(413, f"request body is over {max_body_bytes} bytes (the limit)")
+        except ClientDisconnect:  # the client left mid-body: nothing to answer, nothing generated
             st["aborted_reading"] += 1
-            _log.info("client left while sending its request (%d of %s bytes): not generated (aborted while reading: %d)",
-                      len(body), declared or "?", st["aborted_reading"])
+            _log.info(
+                "client left while sending its request (%d of %s bytes): not generated (aborted while reading: %d)",
+                len(body),
+                declared or "?",
+                st["aborted_reading"],
+            )
             return _err(499, "client disconnected")
-        try: req = json.loads(body)
-        except RecursionError: return _err(400, "malformed JSON: nested too deeply")
-        except ValueError as e: return _err(400, f"malformed JSON: {e}")   # also bad UTF-8, an int over the digit limit
-        if not isinstance(req, dict): return _err(400, "the body must be a JSON object with a 'messages' list")
+        try:
+            req = json.loads(body)
+        except RecursionError:
+            return _err(400, "malformed JSON: nested too deeply")
+        except ValueError as e:
+            return _err(400, f"malformed JSON: {e}")  # also bad UTF-8, an int over the digit limit
+        if not isinstance(req, dict):
+            return _err(400, "the body must be a JSON object with a 'messages' list")
         opts = dict(defaults)
         for k in ("temperature", "top_k", "max_tokens", "seed"):
             v = req.get(k)
-            if v is None: continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (k != "temperature" and not isinstance(v, int)):
+            if v is None:
+                continue
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or (k != "temperature" and not isinstance(v, int))
+            ):
                 return _err(422, f"{k} must be {'a number' if k == 'temperature' else 'an integer'}, got {_short(v)}")
             opts[k] = v
-        if not 0 <= opts["temperature"] <= 2: return _err(422, f"temperature must be in [0, 2], got {_short(opts['temperature'])}")
-        if opts["top_k"] is not None and opts["top_k"] < 0: return _err(422, f"top_k must be >= 0, got {_short(opts['top_k'])}")
+        if not 0 <= opts["temperature"] <= 2:
+            return _err(422, f"temperature must be in [0, 2], got {_short(opts['temperature'])}")
+        if opts["top_k"] is not None and opts["top_k"] < 0:
+            return _err(422, f"top_k must be >= 0, got {_short(opts['top_k'])}")
         opts["top_k"] = opts["top_k"] or None
         if opts.get("seed") is not None and not 0 <= opts["seed"] < 2**63:
             return _err(422, f"seed must be in [0, 2**63), got {_short(opts['seed'])}")
         if not 1 <= opts["max_tokens"] <= max_tokens_limit:
             return _err(422, f"max_tokens must be in [1, {max_tokens_limit}], got {_short(opts['max_tokens'])}")
-        try: ids = prompt_tokens(tokenizer, req.get("messages"), max_message_chars, max_turns, ctx)
-        except ChatLimitError as e: return _err(413, str(e))
-        except ValueError as e: return _err(400, str(e))
+        try:
+            ids = prompt_tokens(tokenizer, req.get("messages"), max_message_chars, max_turns, ctx)
+        except ChatLimitError as e:
+            return _err(413, str(e))
+        except ValueError as e:
+            return _err(400, str(e))
 
         s = sem()
         if s.locked() and st["waiting"] >= max_queue:
             return _err(429, f"busy: {max_concurrent} generations running and {st['waiting']} waiting; retry later")
         st["waiting"] += 1
-        try: got = await _take_slot(s, request, disconnect_poll)
-        finally: st["waiting"] -= 1
-        if not got:                                # the client left while queued: nothing was generated
+        try:
+            got = await _take_slot(s, request, disconnect_poll)
+        finally:
+            st["waiting"] -= 1
+        if not got:  # the client left while queued: nothing was generated
             st["aborted_waiting"] += 1
-            _log.info("client left while waiting for a slot: not generated (aborted while waiting: %d, while streaming: %d)",
-                     st["aborted_waiting"], st["aborted_streaming"])
+            _log.info(
+                "client left while waiting for a slot: not generated (aborted while waiting: %d, while streaming: %d)",
+                st["aborted_waiting"],
+                st["aborted_streaming"],
+            )
             return _err(499, "client disconnected")
         st["running"] += 1
         job = dict(released=False, started=False, finished=False)
-        def release():                             # the slot, once: when the engine has stopped (or never started)
-            if not job["released"]: job["released"] = True; st["running"] -= 1; s.release()
+
+        def release():  # the slot, once: when the engine has stopped (or never started)
+            if not job["released"]:
+                job["released"] = True
+                st["running"] -= 1
+                s.release()
 
         loop, q, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
+
         def later(fn, *a):
-            try: loop.call_soon_threadsafe(fn, *a)
-            except RuntimeError: pass              # loop closed: the server is gone
+            try:
+                loop.call_soon_threadsafe(fn, *a)
+            except RuntimeError:
+                pass  # loop closed: the server is gone
+
         def work():
             try:
-                for piece in stream_reply(engine, ids, stop, **opts): later(q.put_nowait, ("token", piece))
-            except Exception as e: later(q.put_nowait, ("error", f"{type(e).__name__}: {e}"))
-            finally: later(q.put_nowait, ("end", None)); later(release)
+                for piece in stream_reply(engine, ids, stop, **opts):
+                    later(q.put_nowait, ("token", piece))
+            except Exception as e:
+                later(q.put_nowait, ("error", f"{type(e).__name__}: {e}"))
+            finally:
+                later(q.put_nowait, ("end", None))
+                later(release)
+
         async def events():
             job["started"] = True
             threading.Thread(target=work, daemon=True).start()
             getter = None
             try:
-                while True:                        # next piece, polling for a client that has gone meanwhile
+                while True:  # next piece, polling for a client that has gone meanwhile
                     getter = getter or asyncio.ensure_future(q.get())
                     await asyncio.wait({getter}, timeout=disconnect_poll)
                     if not getter.done():
-                        if await request.is_disconnected(): return
+                        if await request.is_disconnected():
+                            return
                         continue
                     (kind, v), getter = getter.result(), None
-                    if kind == "end": job["finished"] = True; yield _sse("[DONE]"); return
+                    if kind == "end":
+                        job["finished"] = True
+                        yield _sse("[DONE]")
+                        return
                     yield _sse({kind: v})
             finally:
-                if getter is not None: getter.cancel()
-        def closed():                              # the response is over: stop the engine, count how it ended
+                if getter is not None:
+                    getter.cancel()
+
+        def closed():  # the response is over: stop the engine, count how it ended
             stop.set()
-            if not job["started"]: release()
-            if job["finished"]: st["completed"] += 1; return
+            if not job["started"]:
+                release()
+            if job["finished"]:
+                st["completed"] += 1
+                return
             st["aborted_streaming"] += 1
-            _log.info("client left while streaming: generation stopped (aborted while waiting: %d, while streaming: %d)",
-                     st["aborted_waiting"], st["aborted_streaming"])
+            _log.info(
+                "client left while streaming: generation stopped (aborted while waiting: %d, while streaming: %d)",
+                st["aborted_waiting"],
+                st["aborted_streaming"],
+            )
+
         return _StreamThenClose(events(), closed, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
     return app
+
 
 def parse_sse(text: str) -> tuple[str, list[str]]:
     "Join the tokens of a `/chat/completions` event stream; returns (reply, errors)."
     reply, errors = [], []
     for ev in text.split("\n\n"):
-        if not ev.startswith("data: ") or ev == "data: [DONE]": continue
+        if not ev.startswith("data: ") or ev == "data: [DONE]":
+            continue
         obj = json.loads(ev[6:])
-        if "token" in obj: reply.append(obj["token"])
-        if "error" in obj: errors.append(obj["error"])
+        if "token" in obj:
+            reply.append(obj["token"])
+        if "error" in obj:
+            errors.append(obj["error"])
     return "".join(reply), errors
 
 # %% ../nbs/14_chat.ipynb #f1bc46b0
@@ -419,23 +590,30 @@ def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: 
     """Run `app` with uvicorn in a daemon thread. Returns (server, url); stop with `server.should_exit = True`.
     `port=0` picks a free port. RuntimeError if it has not started within `timeout` seconds."""
     import uvicorn
+
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
     server.install_signal_handlers = lambda: None
-    thread = threading.Thread(target=server.run, daemon=True); thread.start()
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     t0 = time.time()
     while not server.started:
-        if time.time() - t0 > timeout or not thread.is_alive(): raise RuntimeError(f"uvicorn did not start on {host}:{port}")
+        if time.time() - t0 > timeout or not thread.is_alive():
+            raise RuntimeError(f"uvicorn did not start on {host}:{port}")
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     server.thread = thread
     return server, f"http://{host}:{port}"
 
+
 def serve(model, tokenizer: Tokenizer, host: str = "127.0.0.1", port: int = 8000, **app_kw):
     "Serve the chat page with uvicorn on `host:port` (blocking). `app_kw` go to `create_app`."
     import uvicorn
-    if not _log.handlers:                          # aborted requests: one line each in the server's log
-        h = logging.StreamHandler(); h.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
-        _log.addHandler(h); _log.setLevel(logging.INFO)
+
+    if not _log.handlers:  # aborted requests: one line each in the server's log
+        h = logging.StreamHandler()
+        h.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        _log.addHandler(h)
+        _log.setLevel(logging.INFO)
     print(f"nanolit chat on http://{host}:{port}/")
     uvicorn.run(create_app(model, tokenizer, **app_kw), host=host, port=port, log_level="warning")
 
@@ -443,80 +621,128 @@ def serve(model, tokenizer: Tokenizer, host: str = "127.0.0.1", port: int = 8000
 def _conversation_html(messages: list[dict], partial: str | None = None) -> str:
     rows = [(m["role"], m["content"]) for m in messages] + ([("assistant", partial)] if partial is not None else [])
     color = {"user": "#e8f0fe", "assistant": "#f3f3f3", "system": "#fff6d5"}
-    return "".join(f'<div class="nanolit-{r}" style="white-space:pre-wrap;background:{color[r]};padding:4px 8px;'
-                   f'margin:4px 0;border-radius:4px"><b>{r}:</b> {html.escape(c)}</div>' for r, c in rows)
+    return "".join(
+        f'<div class="nanolit-{r}" style="white-space:pre-wrap;background:{color[r]};padding:4px 8px;'
+        f'margin:4px 0;border-radius:4px"><b>{r}:</b> {html.escape(c)}</div>'
+        for r, c in rows
+    )
+
 
 def chat_widget(model=None, tokenizer: Tokenizer | None = None, session: ChatSession | None = None, **session_kw):
     """An ipywidgets chat on `session` (default `ChatSession(model, tokenizer, **session_kw)`). Returns a `VBox` with
     attributes view (HTML), text (Textarea), send / stop / reset (Buttons), status (HTML), session, thread (the last
     generation thread) and wait(timeout) -> bool (True when no generation is running)."""
     import ipywidgets as W
+
     session = session or ChatSession(model, tokenizer, **session_kw)
     view = W.HTML(layout=W.Layout(max_height="400px", overflow_y="auto", border="1px solid #ccc", padding="4px"))
     text = W.Textarea(placeholder="Type a message and press Send", layout=W.Layout(width="100%"))
     send, stop, reset = W.Button(description="Send"), W.Button(description="Stop"), W.Button(description="Reset")
     status = W.HTML()
     box = W.VBox([view, text, W.HBox([send, stop, reset]), status])
-    box.view, box.text, box.send, box.stop, box.reset, box.status, box.session = view, text, send, stop, reset, status, session
+    box.view, box.text, box.send, box.stop, box.reset, box.status, box.session = (
+        view,
+        text,
+        send,
+        stop,
+        reset,
+        status,
+        session,
+    )
     box.thread, box.stop_event = None, threading.Event()
-    def busy(): return box.thread is not None and box.thread.is_alive()
+
+    def busy():
+        return box.thread is not None and box.thread.is_alive()
+
     def run(pieces):
         partial = ""
         try:
-            for p in pieces: partial += p; view.value = _conversation_html(session.messages, partial)
-        except Exception as e: status.value = f"<span style='color:#b00020'>error: {html.escape(str(e))}</span>"
+            for p in pieces:
+                partial += p
+                view.value = _conversation_html(session.messages, partial)
+        except Exception as e:
+            status.value = f"<span style='color:#b00020'>error: {html.escape(str(e))}</span>"
         view.value = _conversation_html(session.messages)
         send.disabled = False
+
     def on_send(_):
-        if busy(): status.value = "still generating: press Stop first"; return
+        if busy():
+            status.value = "still generating: press Stop first"
+            return
         box.stop_event = threading.Event()
-        try: pieces = session.stream(text.value, stop=box.stop_event)
-        except ValueError as e: status.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"; return
+        try:
+            pieces = session.stream(text.value, stop=box.stop_event)
+        except ValueError as e:
+            status.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"
+            return
         status.value, text.value, send.disabled = "", "", True
         view.value = _conversation_html(session.messages, "")
-        box.thread = threading.Thread(target=run, args=(pieces,), daemon=True); box.thread.start()
-    def on_stop(_): box.stop_event.set()
+        box.thread = threading.Thread(target=run, args=(pieces,), daemon=True)
+        box.thread.start()
+
+    def on_stop(_):
+        box.stop_event.set()
+
     def on_reset(_):
-        box.stop_event.set(); box.wait(30)
-        session.reset(); view.value = _conversation_html(session.messages); status.value = ""
+        box.stop_event.set()
+        box.wait(30)
+        session.reset()
+        view.value = _conversation_html(session.messages)
+        status.value = ""
+
     def wait(timeout: float | None = None) -> bool:
-        if box.thread is not None: box.thread.join(timeout)
+        if box.thread is not None:
+            box.thread.join(timeout)
         return not busy()
+
     box.wait = wait
-    send.on_click(on_send); stop.on_click(on_stop); reset.on_click(on_reset)
+    send.on_click(on_send)
+    stop.on_click(on_stop)
+    reset.on_click(on_reset)
     view.value = _conversation_html(session.messages)
     return box
 
 # %% ../nbs/14_chat.ipynb #2455019c
 @call_parse
-def main(stage: str = "base",       # checkpoint stage: base, sft or rl
-         tag: str = None,           # checkpoint tag (default: the newest of the stage)
-         step: int = None,          # checkpoint step (default: the newest)
-         device: str = None,        # cuda, mps or cpu (default: autodetect)
-         temperature: float = 0.6,  # sampling temperature (0 = greedy)
-         top_k: int = 50,           # sample among the k most likely tokens (0 = all)
-         max_tokens: int = 512,     # most tokens per reply
-         Prompt: str = None,        # -p/--prompt: answer this one message and exit
-         system: str = None,        # optional system prompt
-         web: bool = False,         # serve the web page instead of the terminal chat
-         host: str = "127.0.0.1",   # web: address to bind
-         port: int = 8000):         # web: port
+def main(
+    stage: str = "base",  # checkpoint stage: base, sft or rl
+    tag: str = None,  # checkpoint tag (default: the newest of the stage)
+    step: int = None,  # checkpoint step (default: the newest)
+    device: str = None,  # cuda, mps or cpu (default: autodetect)
+    temperature: float = 0.6,  # sampling temperature (0 = greedy)
+    top_k: int = 50,  # sample among the k most likely tokens (0 = all)
+    max_tokens: int = 512,  # most tokens per reply
+    Prompt: str = None,  # -p/--prompt: answer this one message and exit
+    system: str = None,  # optional system prompt
+    web: bool = False,  # serve the web page instead of the terminal chat
+    host: str = "127.0.0.1",  # web: address to bind
+    port: int = 8000,
+):  # web: port
     "Chat with a trained nanolit model in the terminal (multi-turn, streaming) or, with --web, in the browser."
     # check the options before the (slow) model load; the web page's own limits apply to its defaults too
-    bad = ([f"--temperature must be in [0, 2], got {temperature}"] if not 0 <= temperature <= 2 else []) + \
-          ([f"--top-k must be >= 0, got {top_k}"] if top_k is not None and top_k < 0 else []) + \
-          ([f"--max-tokens must be in [1, 1024], got {max_tokens}"] if not 1 <= max_tokens <= 1024 else []) + \
-          ([f"--stage must be one of {sorted(STAGE_COMMANDS)}, got {stage!r}"] if stage not in STAGE_COMMANDS else [])
-    if bad: raise SystemExit("error: " + "; ".join(bad))
-    try: model, tok, meta = load_model(stage, tag, step, device)
-    except (FileNotFoundError, ValueError) as e:      # a user error: one line, not a traceback
+    bad = (
+        ([f"--temperature must be in [0, 2], got {temperature}"] if not 0 <= temperature <= 2 else [])
+        + ([f"--top-k must be >= 0, got {top_k}"] if top_k is not None and top_k < 0 else [])
+        + ([f"--max-tokens must be in [1, 1024], got {max_tokens}"] if not 1 <= max_tokens <= 1024 else [])
+        + ([f"--stage must be one of {sorted(STAGE_COMMANDS)}, got {stage!r}"] if stage not in STAGE_COMMANDS else [])
+    )
+    if bad:
+        raise SystemExit("error: " + "; ".join(bad))
+    try:
+        model, tok, meta = load_model(stage, tag, step, device)
+    except (FileNotFoundError, ValueError) as e:  # a user error: one line, not a traceback
         raise SystemExit(f"error: {e} (checkpoints are read from $NANOLIT_BASE_DIR = {get_base_dir()})") from None
     if web:
         return serve(model, tok, host, port, defaults=dict(temperature=temperature, top_k=top_k, max_tokens=max_tokens))
-    session = ChatSession(model, tok, system=system, temperature=temperature, top_k=top_k or None, max_tokens=max_tokens)
-    if Prompt is None: print(f"loaded {stage}/{meta.get('config', {}).get('tag', tag or '')} step {meta['step']}")
-    if chat_repl(session, prompt=Prompt) is False: raise SystemExit(1)
+    session = ChatSession(
+        model, tok, system=system, temperature=temperature, top_k=top_k or None, max_tokens=max_tokens
+    )
+    if Prompt is None:
+        print(f"loaded {stage}/{meta.get('config', {}).get('tag', tag or '')} step {meta['step']}")
+    if chat_repl(session, prompt=Prompt) is False:
+        raise SystemExit(1)
 
 # %% ../nbs/14_chat.ipynb #df4a36c8
 # fastcore's `call_parse` already runs the CLI when the module is `__main__` (and binds `main` to None then).
-if __name__ == "__main__" and callable(main): main()
+if __name__ == "__main__" and callable(main):
+    main()

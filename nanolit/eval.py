@@ -37,8 +37,10 @@ def evaluate_bpb(model, batches, steps: int, token_bytes: torch.Tensor) -> float
         nats += (loss * (b > 0)).sum()
         nbytes += b.sum()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        for t in (nats, nbytes): dist.all_reduce(t)
-    if nbytes.item() == 0: raise ValueError("no bytes were scored: are all targets special tokens or masked?")
+        for t in (nats, nbytes):
+            dist.all_reduce(t)
+    if nbytes.item() == 0:
+        raise ValueError("no bytes were scored: are all targets special tokens or masked?")
     return (nats / (math.log(2) * nbytes)).item()
 
 # %% ../nbs/09_eval.ipynb #ccf65f9d
@@ -47,29 +49,37 @@ def deal_batches(batches, n_rows: int, rank: int = 0, world_size: int = 1) -> li
     the rows regrouped into batches of B (B of the first batch), batch i going to rank i % world_size. Every rank gets
     ceil(n_batches / world_size) batches of shape (B, T); the missing ones, and the missing rows of the last batch, are
     padding rows with inputs 0 and targets -1 (scored as nothing). ValueError if n_rows < 1 or rank is out of range."""
-    if n_rows < 1: raise ValueError(f"n_rows must be >= 1, got {n_rows}")
-    if not 0 <= rank < world_size: raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
+    if n_rows < 1:
+        raise ValueError(f"n_rows must be >= 1, got {n_rows}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
     xs, ys, have = [], [], 0
     while have < n_rows:
         x, y = next(batches)
-        xs.append(x); ys.append(y); have += x.size(0)
+        xs.append(x)
+        ys.append(y)
+        have += x.size(0)
     B, T = xs[0].shape
     x, y = torch.cat(xs)[:n_rows], torch.cat(ys)[:n_rows]
     n_batches = -(-n_rows // B)
     pad = n_batches * B - n_rows
     if pad:
-        x = torch.cat([x, x.new_zeros(pad, T)]); y = torch.cat([y, y.new_full((pad, T), -1)])
-    out = [(x[i * B:(i + 1) * B], y[i * B:(i + 1) * B]) for i in range(rank, n_batches, world_size)]
-    while len(out) < -(-n_batches // world_size): out.append((x.new_zeros(B, T), y.new_full((B, T), -1)))
+        x = torch.cat([x, x.new_zeros(pad, T)])
+        y = torch.cat([y, y.new_full((pad, T), -1)])
+    out = [(x[i * B : (i + 1) * B], y[i * B : (i + 1) * B]) for i in range(rank, n_batches, world_size)]
+    while len(out) < -(-n_batches // world_size):
+        out.append((x.new_zeros(B, T), y.new_full((B, T), -1)))
     return out
 
 # %% ../nbs/09_eval.ipynb #b482bbf5
 def unigram_byte_bpb(texts) -> float:
     "Entropy in bits per byte of the byte-frequency (unigram) distribution of `texts` (an iterable of str). ValueError on empty input."
     counts = Counter()
-    for t in texts: counts.update(t.encode("utf-8"))
+    for t in texts:
+        counts.update(t.encode("utf-8"))
     n = sum(counts.values())
-    if n == 0: raise ValueError("no bytes in the texts")
+    if n == 0:
+        raise ValueError("no bytes in the texts")
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 # %% ../nbs/09_eval.ipynb #1fc77881
@@ -80,29 +90,44 @@ def unigram_token_bpb(tokenizer, train_texts, val_texts) -> float:
     text). ValueError if the val texts hold no bytes."""
     V = tokenizer.vocab_size
     counts = torch.ones(V, dtype=torch.float64)
-    for ids in _encoded(tokenizer, train_texts): counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=V).double()
+    for ids in _encoded(tokenizer, train_texts):
+        counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=V).double()
     logp = counts.log() - counts.sum().log()
     nats, nbytes = 0.0, 0
     for t, ids in zip(*_encoded(tokenizer, val_texts, keep_text=True)):
         nats -= logp[torch.tensor(ids, dtype=torch.long)].sum().item() if ids else 0.0
         nbytes += len(t.encode("utf-8"))
-    if nbytes == 0: raise ValueError("no bytes in the val texts")
+    if nbytes == 0:
+        raise ValueError("no bytes in the val texts")
     return nats / (math.log(2) * nbytes)
+
 
 def _encoded(tokenizer, texts, keep_text=False, batch=256):
     texts = list(texts)
-    ids = [x for i in range(0, len(texts), batch) for x in tokenizer.encode(texts[i:i+batch])]
+    ids = [x for i in range(0, len(texts), batch) for x in tokenizer.encode(texts[i : i + batch])]
     return (texts, ids) if keep_text else ids
 
 # %% ../nbs/09_eval.ipynb #d8be3c2f
 def _dist_rank_world(rank, world_size) -> tuple[int, int]:
     "(rank, world_size) of the default process group for the ones given as None (0, 1 without one)."
     on = dist.is_available() and dist.is_initialized()
-    return (dist.get_rank() if on else 0) if rank is None else rank, (dist.get_world_size() if on else 1) if world_size is None else world_size
+    return (dist.get_rank() if on else 0) if rank is None else rank, (
+        dist.get_world_size() if on else 1
+    ) if world_size is None else world_size
+
 
 @torch.no_grad()
-def evaluate_bpb_exact(model, tokenizer, docs, sequence_len: int | None = None, batch_size: int = 8, rank: int | None = None,
-                       world_size: int | None = None, copies: int = 1, device=None) -> dict:
+def evaluate_bpb_exact(
+    model,
+    tokenizer,
+    docs,
+    sequence_len: int | None = None,
+    batch_size: int = 8,
+    rank: int | None = None,
+    world_size: int | None = None,
+    copies: int = 1,
+    device=None,
+) -> dict:
     """Bits per byte of `model` on every token of every document of `docs` (an iterable of str), each exactly once.
 
     Each document is encoded as `<|bos|>` + its tokens and cut into pieces of `<|bos|>` + at most `sequence_len`
@@ -116,54 +141,78 @@ def evaluate_bpb_exact(model, tokenizer, docs, sequence_len: int | None = None, 
     device = torch.device(device or next(model.parameters()).device)
     T = sequence_len or model.config.sequence_len
     rank, world_size = _dist_rank_world(rank, world_size)
-    if not 0 <= rank < world_size: raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
-    if T < 1 or batch_size < 1 or copies < 1: raise ValueError("sequence_len, batch_size and copies must be >= 1")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
+    if T < 1 or batch_size < 1 or copies < 1:
+        raise ValueError("sequence_len, batch_size and copies must be >= 1")
     bos, token_bytes = tokenizer.bos_token_id, tokenizer.token_bytes().to(device)
     mine = [d for i, d in enumerate(docs) if i % world_size == rank]
-    pieces = [[bos] + ids[j:j + T] for ids in _encoded(tokenizer, mine) for j in range(0, len(ids), T)]
+    pieces = [[bos] + ids[j : j + T] for ids in _encoded(tokenizer, mine) for j in range(0, len(ids), T)]
     on = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     n = torch.tensor(-(-len(pieces) // batch_size), device=device)
-    if on: dist.all_reduce(n, op=dist.ReduceOp.MAX)     # the same number of (possibly collective) forwards everywhere
-    sums = torch.zeros(4, dtype=torch.float64, device=device)   # nats, bytes, tokens, docs
+    if on:
+        dist.all_reduce(n, op=dist.ReduceOp.MAX)  # the same number of (possibly collective) forwards everywhere
+    sums = torch.zeros(4, dtype=torch.float64, device=device)  # nats, bytes, tokens, docs
     sums[3] = len(mine)
     for i in range(int(n)):
         x = torch.full((batch_size, T), bos, dtype=torch.long)
         y = torch.full((batch_size, T), -1, dtype=torch.long)
-        for r, p in enumerate(pieces[i * batch_size:(i + 1) * batch_size]):
-            x[r, :len(p) - 1] = torch.tensor(p[:-1]); y[r, :len(p) - 1] = torch.tensor(p[1:])
+        for r, p in enumerate(pieces[i * batch_size : (i + 1) * batch_size]):
+            x[r, : len(p) - 1] = torch.tensor(p[:-1])
+            y[r, : len(p) - 1] = torch.tensor(p[1:])
         x, y = x.to(device), y.to(device)
         loss = model(x, y, loss_reduction="none").double()
         b = torch.where(y >= 0, token_bytes[y.clamp(min=0)], 0)
-        sums[0] += (loss * (b > 0)).sum(); sums[1] += b.sum(); sums[2] += (y >= 0).sum()
-    if on: dist.all_reduce(sums)
+        sums[0] += (loss * (b > 0)).sum()
+        sums[1] += b.sum()
+        sums[2] += (y >= 0).sum()
+    if on:
+        dist.all_reduce(sums)
     sums = (sums / copies).cpu()
-    if sums[1] == 0: raise ValueError("no bytes were scored: are the documents empty?")
+    if sums[1] == 0:
+        raise ValueError("no bytes were scored: are the documents empty?")
     nats, nbytes = sums[0].item(), int(round(sums[1].item()))
-    return dict(bpb=nats / (math.log(2) * nbytes), nats=nats, bytes=nbytes, tokens=int(round(sums[2].item())),
-                docs=int(round(sums[3].item())))
+    return dict(
+        bpb=nats / (math.log(2) * nbytes),
+        nats=nats,
+        bytes=nbytes,
+        tokens=int(round(sums[2].item())),
+        docs=int(round(sums[3].item())),
+    )
 
 # %% ../nbs/09_eval.ipynb #06e9f01b
 CORE_TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
 
+
 def centered_accuracy(acc: float, random_baseline: float) -> float:
     "(acc - a0) / (1 - a0): 0 for a random guesser, 1 for perfect (DCLM's centered accuracy). ValueError if a0 >= 1."
-    if not 0 <= random_baseline < 1: raise ValueError(f"random_baseline must be in [0, 1), got {random_baseline}")
+    if not 0 <= random_baseline < 1:
+        raise ValueError(f"random_baseline must be in [0, 1), got {random_baseline}")
     return (acc - random_baseline) / (1 - random_baseline)
+
 
 def _example_text(task_type: str, ex: dict, delim: str) -> str:
     "A solved example as text: its (gold) context, the delimiter, its (gold) answer."
-    if task_type == "multiple_choice": return ex["query"] + delim + ex["choices"][ex["gold"]]
-    if task_type == "schema": return ex["context_options"][ex["gold"]] + delim + ex["continuation"]
+    if task_type == "multiple_choice":
+        return ex["query"] + delim + ex["choices"][ex["gold"]]
+    if task_type == "schema":
+        return ex["context_options"][ex["gold"]] + delim + ex["continuation"]
     return ex["context"] + delim + ex["continuation"]
 
-def core_prompts(task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ", sep: str = "\n\n") -> list[tuple[str, str]]:
+
+def core_prompts(
+    task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ", sep: str = "\n\n"
+) -> list[tuple[str, str]]:
     """The (context, continuation) text pairs to score for one CORE item: one per choice (multiple choice), one per
     context option (schema), or one (language modeling). The context starts with the solved `fewshot` examples joined by
     `sep`. The delimiter stays at the end of the context: the continuation is the answer alone. ValueError on bad type."""
-    if task_type not in CORE_TASK_TYPES: raise ValueError(f"task_type must be one of {CORE_TASK_TYPES}, got {task_type!r}")
+    if task_type not in CORE_TASK_TYPES:
+        raise ValueError(f"task_type must be one of {CORE_TASK_TYPES}, got {task_type!r}")
     pre = "".join(_example_text(task_type, ex, delim) + sep for ex in fewshot)
-    if task_type == "multiple_choice": return [(pre + item["query"] + delim, c) for c in item["choices"]]
-    if task_type == "schema": return [(pre + c + delim, item["continuation"]) for c in item["context_options"]]
+    if task_type == "multiple_choice":
+        return [(pre + item["query"] + delim, c) for c in item["choices"]]
+    if task_type == "schema":
+        return [(pre + c + delim, item["continuation"]) for c in item["context_options"]]
     return [(pre + item["context"] + delim, item["continuation"])]
 
 # %% ../nbs/09_eval.ipynb #3e16f713
@@ -175,19 +224,23 @@ def encode_pair(tokenizer, context: str, continuation: str, max_len: int | None 
     full = tokenizer.encode(context + continuation, prepend=bos)
     ctx = tokenizer.encode(context, prepend=bos)
     start = 0
-    while start < min(len(ctx), len(full)) and ctx[start] == full[start]: start += 1
+    while start < min(len(ctx), len(full)) and ctx[start] == full[start]:
+        start += 1
     start = min(start, len(full) - 1) if len(full) > 1 else start
-    if start >= len(full): raise ValueError("the continuation adds no tokens")
+    if start >= len(full):
+        raise ValueError("the continuation adds no tokens")
     if max_len is not None and len(full) > max_len:
         cut = len(full) - max_len
-        if cut >= start: raise ValueError(f"continuation of {len(full) - start} tokens does not fit in max_len {max_len}")
+        if cut >= start:
+            raise ValueError(f"continuation of {len(full) - start} tokens does not fit in max_len {max_len}")
         full, start = full[cut:], start - cut
     return full, start
 
 # %% ../nbs/09_eval.ipynb #14c5ce91
 @torch.no_grad()
-def continuation_scores(model, tokenizer, pairs: list[tuple[str, str]], device=None, pad_id: int | None = None
-                        ) -> tuple[list[float], list[bool]]:
+def continuation_scores(
+    model, tokenizer, pairs: list[tuple[str, str]], device=None, pad_id: int | None = None
+) -> tuple[list[float], list[bool]]:
     """For each (context, continuation) text pair: the mean cross-entropy in nats over the continuation tokens, and
     whether greedy (argmax) prediction matches every continuation token. One forward pass over the right-padded batch;
     `model(idx)` must return logits (B, T, V). Sequences are cut from the left to `model.config.sequence_len`."""
@@ -197,15 +250,17 @@ def continuation_scores(model, tokenizer, pairs: list[tuple[str, str]], device=N
     T = max(len(ids) for ids, _ in enc)
     pad = tokenizer.bos_token_id if pad_id is None else pad_id
     idx = torch.full((len(enc), T), pad, dtype=torch.long)
-    for i, (ids, _) in enumerate(enc): idx[i, :len(ids)] = torch.tensor(ids)
+    for i, (ids, _) in enumerate(enc):
+        idx[i, : len(ids)] = torch.tensor(ids)
     logits = model(idx.to(device)).float().cpu()
     losses, exact = [], []
     for i, (ids, s) in enumerate(enc):
         tgt = torch.tensor(ids[s:])
-        lg = logits[i, s - 1:len(ids) - 1]
+        lg = logits[i, s - 1 : len(ids) - 1]
         losses.append(F.cross_entropy(lg, tgt, reduction="mean").item())
         exact.append(bool((lg.argmax(-1) == tgt).all()))
     return losses, exact
+
 
 def score_multiple_choice(model, tokenizer, pairs: list[tuple[str, str]], device=None) -> int:
     "Index of the (context, continuation) pair with the lowest mean continuation loss (ties: the first)."
@@ -218,30 +273,49 @@ def fewshot_indices(n: int, i: int, k: int, seed: int = 1234) -> list[int]:
     pool = [j for j in range(n) if j != i]
     return random.Random(f"{seed}-{i}").sample(pool, min(k, len(pool)))
 
-def evaluate_core_item(model, tokenizer, task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ",
-                       device=None) -> bool:
+
+def evaluate_core_item(
+    model, tokenizer, task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ", device=None
+) -> bool:
     """True iff `model` answers one CORE `item` (a dict in the format of `task_type`, see the table above) correctly:
     multiple choice / schema: the option with the lowest mean continuation loss is `item["gold"]`; language modeling:
     greedy decoding reproduces every continuation token. `fewshot` solved examples prefix the prompt (DCLM's CORE
     protocol, Li et al. 2024). ValueError on an unknown `task_type`."""
     pairs = core_prompts(task_type, item, fewshot, delim)
     losses, exact = continuation_scores(model, tokenizer, pairs, device)
-    if task_type == "language_modeling": return exact[0]
+    if task_type == "language_modeling":
+        return exact[0]
     return min(range(len(losses)), key=losses.__getitem__) == item["gold"]
 
+
 def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1: dist.all_reduce(t)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t)
     return t
 
-def evaluate_core_task(model, tokenizer, items: list[dict], task_type: str, num_fewshot: int = 0, delim: str = " ",
-                       max_items: int | None = None, seed: int = 1234, device=None, rank: int | None = None,
-                       world_size: int | None = None) -> float:
+
+def evaluate_core_task(
+    model,
+    tokenizer,
+    items: list[dict],
+    task_type: str,
+    num_fewshot: int = 0,
+    delim: str = " ",
+    max_items: int | None = None,
+    seed: int = 1234,
+    device=None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> float:
     """Accuracy of `model` on one CORE task given as plain dicts (formats above). Scores the first `max_items` items
     (None = all); rank r of W scores items r, r+W, ...; counts are summed over the default process group if one is
     initialised. Returns correct / scored in [0, 1]. ValueError on an empty task."""
-    if not items: raise ValueError("no items")
-    if rank is None: rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    if world_size is None: world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if not items:
+        raise ValueError("no items")
+    if rank is None:
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if world_size is None:
+        world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     n = len(items) if max_items is None else min(max_items, len(items))
     counts = torch.zeros(2, dtype=torch.float64)
     for i in range(rank, n, world_size):
@@ -251,6 +325,7 @@ def evaluate_core_task(model, tokenizer, items: list[dict], task_type: str, num_
     dev = device or next(model.parameters()).device
     counts = _all_reduce_sum(counts.to(dev)).cpu()
     return (counts[0] / counts[1]).item()
+
 
 def core_score(accuracies: dict[str, float], baselines: dict[str, float]) -> tuple[dict[str, float], float]:
     "Per-task centered accuracies (see `centered_accuracy`) and their mean, the CORE score. KeyError if a baseline is missing."
@@ -264,16 +339,24 @@ def letter_token_ids(tokenizer, letters) -> list[int]:
     out = []
     for l in letters:
         ids = tokenizer.encode(l)
-        if len(ids) != 1: raise ValueError(f"answer {l!r} is {len(ids)} tokens, not one: cannot score it categorically")
+        if len(ids) != 1:
+            raise ValueError(f"answer {l!r} is {len(ids)} tokens, not one: cannot score it categorically")
         out.append(ids[0])
     return out
 
+
 @torch.no_grad()
-def run_categorical(model, tokenizer, task, max_items: int | None = None, device=None, rank=None, world_size=None) -> float:
+def run_categorical(
+    model, tokenizer, task, max_items: int | None = None, device=None, rank=None, world_size=None
+) -> float:
     """Accuracy on a categorical chat task: for each conversation, the argmax over its `letters` of the next-token
     logits after `render_for_completion`; `task.evaluate(conv, letter)` judges it. Rank-split, counts all-reduced."""
     rank = dist.get_rank() if rank is None and dist.is_available() and dist.is_initialized() else (rank or 0)
-    world_size = dist.get_world_size() if world_size is None and dist.is_available() and dist.is_initialized() else (world_size or 1)
+    world_size = (
+        dist.get_world_size()
+        if world_size is None and dist.is_available() and dist.is_initialized()
+        else (world_size or 1)
+    )
     device = device or next(model.parameters()).device
     L = model.config.sequence_len
     n = len(task) if max_items is None else min(max_items, len(task))
@@ -288,14 +371,29 @@ def run_categorical(model, tokenizer, task, max_items: int | None = None, device
     counts = _all_reduce_sum(counts.to(device)).cpu()
     return (counts[0] / counts[1]).item()
 
+
 def _outcome(task, conv, text) -> str:
     "'passed' or why `text` failed: `task.outcome` when the task has one, else 'passed'/'wrong' from `task.evaluate`."
-    if hasattr(task, "outcome"): return str(task.outcome(conv, text))
+    if hasattr(task, "outcome"):
+        return str(task.outcome(conv, text))
     return "passed" if task.evaluate(conv, text) else "wrong"
 
-def run_generative(engine, tokenizer, task, num_samples: int = 1, max_new_tokens: int = 256, temperature: float = 0.0,
-                   top_k: int | None = None, max_items: int | None = None, k: int = 1, seed: int = 42, rank=None,
-                   world_size=None, verbose: bool = True) -> dict:
+
+def run_generative(
+    engine,
+    tokenizer,
+    task,
+    num_samples: int = 1,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    max_items: int | None = None,
+    k: int = 1,
+    seed: int = 42,
+    rank=None,
+    world_size=None,
+    verbose: bool = True,
+) -> dict:
     """Sample `num_samples` completions per conversation with `engine.generate_batch` and judge each: its outcome is
     `task.outcome(conv, text)` if the task has one ("passed" or the failure kind, e.g. "wrong", "no_answer",
     "timeout", "exit_called"), else "passed"/"wrong" by `task.evaluate(conv, text)`. Returns {"accuracy": share of
@@ -303,48 +401,73 @@ def run_generative(engine, tokenizer, task, num_samples: int = 1, max_new_tokens
     "n_samples": completions judged, "failures": {kind: completions that failed so}} and, if `verbose`, prints those
     counts (rank 0). Rank-split, sums all-reduced (on CPU tensors: gloo) when a process group exists."""
     rank = dist.get_rank() if rank is None and dist.is_available() and dist.is_initialized() else (rank or 0)
-    world_size = dist.get_world_size() if world_size is None and dist.is_available() and dist.is_initialized() else (world_size or 1)
+    world_size = (
+        dist.get_world_size()
+        if world_size is None and dist.is_available() and dist.is_initialized()
+        else (world_size or 1)
+    )
     L = engine.model.config.sequence_len
     n = len(task) if max_items is None else min(max_items, len(task))
     sums, failures = torch.zeros(4, dtype=torch.float64), Counter()
     for i in range(rank, n, world_size):
         conv = task[i]
-        ids = tokenizer.render_for_completion(conv)[-(L - 1):]
-        outs, _ = engine.generate_batch(ids, num_samples, max_tokens=min(max_new_tokens, L - len(ids)),
-                                        temperature=temperature, top_k=top_k, seed=seed + i)
+        ids = tokenizer.render_for_completion(conv)[-(L - 1) :]
+        outs, _ = engine.generate_batch(
+            ids,
+            num_samples,
+            max_tokens=min(max_new_tokens, L - len(ids)),
+            temperature=temperature,
+            top_k=top_k,
+            seed=seed + i,
+        )
         kinds = [_outcome(task, conv, tokenizer.decode(o)) for o in outs]
         ok = [kd == "passed" for kd in kinds]
         failures.update(kd for kd in kinds if kd != "passed")
-        sums += torch.tensor([float(ok[0]), pass_at_k(len(ok), sum(ok), min(k, len(ok))), 1.0, len(ok)], dtype=torch.float64)
+        sums += torch.tensor(
+            [float(ok[0]), pass_at_k(len(ok), sum(ok), min(k, len(ok))), 1.0, len(ok)], dtype=torch.float64
+        )
     dev = next(engine.model.parameters()).device
     sums = _all_reduce_sum(sums.to(dev)).cpu()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        parts = [None] * dist.get_world_size(); dist.all_gather_object(parts, dict(failures))
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, dict(failures))
         failures = sum((Counter(p) for p in parts), Counter())
     failures = dict(sorted(failures.items()))
     n_scored, n_samples = int(sums[2]), int(sums[3])
     if verbose and rank == 0:
-        print(f"{type(task).__name__}: {n_scored} scored ({n_samples} completions), {sum(failures.values())} failed"
-              + (": " + ", ".join(f"{kd} {c}" for kd, c in failures.items()) if failures else ""))
-    return {"accuracy": (sums[0] / sums[2]).item(), f"pass@{k}": (sums[1] / sums[2]).item(), "n_scored": n_scored,
-            "n_samples": n_samples, "failures": failures}
+        print(
+            f"{type(task).__name__}: {n_scored} scored ({n_samples} completions), {sum(failures.values())} failed"
+            + (": " + ", ".join(f"{kd} {c}" for kd, c in failures.items()) if failures else "")
+        )
+    return {
+        "accuracy": (sums[0] / sums[2]).item(),
+        f"pass@{k}": (sums[1] / sums[2]).item(),
+        "n_scored": n_scored,
+        "n_samples": n_samples,
+        "failures": failures,
+    }
 
 # %% ../nbs/09_eval.ipynb #e4047e4f
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), computed as a stable
     product. ValueError unless 0 <= c <= n and 1 <= k <= n."""
-    if not (0 <= c <= n and 1 <= k <= n): raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k: return 1.0
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
     prod = 1.0
-    for i in range(n - c + 1, n + 1): prod *= 1.0 - k / i
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
     return 1.0 - prod
 
 # %% ../nbs/09_eval.ipynb #1e50452b
 def main():
     "`python -m nanolit.eval {base,chat} [options]`: forwards to `nanolit.tasks.eval_cli` (see 10_tasks)."
     import sys
-    from nanolit.tasks import eval_cli     # deferred on purpose: tasks (10) builds on eval (09)
+    from nanolit.tasks import eval_cli  # deferred on purpose: tasks (10) builds on eval (09)
+
     return eval_cli(sys.argv[1:])
 
 # %% ../nbs/09_eval.ipynb #5bf69421
-if __name__ == "__main__": main()
+if __name__ == "__main__":
+    main()

@@ -29,28 +29,35 @@ __all__ = ['LOSS_CHUNK_BYTES', 'GPTConfig', 'norm', 'Linear', 'rotary_tables', '
 class GPTConfig:
     """The model's shape (field comments give units). See `from_depth` for the one-dial way to make one.
     ValueError if a size is < 1, heads don't divide the width / each other, head_dim is odd or the pattern isn't S/L."""
-    sequence_len: int = 2048          # maximum context (tokens); also the length of the rotary tables
-    vocab_size: int = 32768           # tokens in the vocabulary
-    n_layer: int = 12                 # transformer blocks
-    n_head: int = 6                   # query heads
-    n_kv_head: int = 6                # key/value heads (GQA when < n_head); must divide n_head
-    n_embd: int = 768                 # model width d
-    window_pattern: str = "SSSL"      # tiled over layers; S = short window, L = full context; last layer forced to L
-    short_window: int | None = None   # tokens an S layer sees; None -> sequence_len // 4 (our choice)
-    logit_softcap: float = 15.0       # logits -> c * tanh(logits / c)
-    rope_base: float = 10000.0        # RoPE base theta (Su et al. 2021 use 10000; longer contexts often use 100000+)
+
+    sequence_len: int = 2048  # maximum context (tokens); also the length of the rotary tables
+    vocab_size: int = 32768  # tokens in the vocabulary
+    n_layer: int = 12  # transformer blocks
+    n_head: int = 6  # query heads
+    n_kv_head: int = 6  # key/value heads (GQA when < n_head); must divide n_head
+    n_embd: int = 768  # model width d
+    window_pattern: str = "SSSL"  # tiled over layers; S = short window, L = full context; last layer forced to L
+    short_window: int | None = None  # tokens an S layer sees; None -> sequence_len // 4 (our choice)
+    logit_softcap: float = 15.0  # logits -> c * tanh(logits / c)
+    rope_base: float = 10000.0  # RoPE base theta (Su et al. 2021 use 10000; longer contexts often use 100000+)
 
     def __post_init__(self):
         for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd"):
-            if getattr(self, name) < 1: raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.n_embd % self.n_head: raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.n_head % self.n_kv_head: raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
-        if self.head_dim % 2: raise ValueError(f"head_dim ({self.head_dim}) must be even for RoPE")
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.n_head % self.n_kv_head:
+            raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_kv_head ({self.n_kv_head})")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim ({self.head_dim}) must be even for RoPE")
         if not self.window_pattern or set(self.window_pattern.upper()) - {"S", "L"}:
             raise ValueError(f"window_pattern must be a non-empty string of S and L, got {self.window_pattern!r}")
         self.window_pattern = self.window_pattern.upper()
-        if self.short_window is None: self.short_window = max(1, self.sequence_len // 4)
-        if self.short_window < 1: raise ValueError(f"short_window must be >= 1, got {self.short_window}")
+        if self.short_window is None:
+            self.short_window = max(1, self.sequence_len // 4)
+        if self.short_window < 1:
+            raise ValueError(f"short_window must be >= 1, got {self.short_window}")
 
     @property
     def head_dim(self) -> int:
@@ -59,21 +66,29 @@ class GPTConfig:
 
     def layer_windows(self) -> list[int | None]:
         "Attention window per layer: `short_window` for S, None (full context) for L; the pattern tiled, the last layer L."
-        ws = [self.short_window if self.window_pattern[i % len(self.window_pattern)] == "S" else None for i in range(self.n_layer)]
+        ws = [
+            self.short_window if self.window_pattern[i % len(self.window_pattern)] == "S" else None
+            for i in range(self.n_layer)
+        ]
         ws[-1] = None
         return ws
 
     @classmethod
-    def from_depth(cls, depth: int, vocab_size: int, sequence_len: int = 2048, aspect_ratio: int = 64,
-                   head_dim: int = 128, **kw) -> "GPTConfig":
+    def from_depth(
+        cls, depth: int, vocab_size: int, sequence_len: int = 2048, aspect_ratio: int = 64, head_dim: int = 128, **kw
+    ) -> "GPTConfig":
         """The one dial: a config from the depth alone (nanochat's scheme): n_embd = depth x `aspect_ratio` rounded up to a
         multiple of `head_dim`, n_head = n_embd / head_dim. Extra keywords override fields (e.g. `n_kv_head`).
         ValueError if depth, head_dim or aspect_ratio < 1."""
-        if depth < 1: raise ValueError(f"depth must be >= 1, got {depth}")
-        if head_dim < 1 or aspect_ratio < 1: raise ValueError(f"head_dim and aspect_ratio must be >= 1, got {head_dim}, {aspect_ratio}")
-        n_embd = -(-depth * aspect_ratio // head_dim) * head_dim  # width = depth x aspect ratio 64, rounded up to whole heads (nanochat)
-        n_head = n_embd // head_dim                             # heads of head_dim 128 (nanochat: d20 -> 10 heads, d26 -> 13)
-        kw.setdefault("n_kv_head", n_head)                       # plain MHA unless asked for GQA
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        if head_dim < 1 or aspect_ratio < 1:
+            raise ValueError(f"head_dim and aspect_ratio must be >= 1, got {head_dim}, {aspect_ratio}")
+        n_embd = (
+            -(-depth * aspect_ratio // head_dim) * head_dim
+        )  # width = depth x aspect ratio 64, rounded up to whole heads (nanochat)
+        n_head = n_embd // head_dim  # heads of head_dim 128 (nanochat: d20 -> 10 heads, d26 -> 13)
+        kw.setdefault("n_kv_head", n_head)  # plain MHA unless asked for GQA
         return cls(sequence_len=sequence_len, vocab_size=vocab_size, n_layer=depth, n_head=n_head, n_embd=n_embd, **kw)
 
 # %% ../nbs/04_model.ipynb #15c9cbe3
@@ -81,10 +96,13 @@ def norm(x: Tensor) -> Tensor:
     "Parameter-free RMSNorm over the last dim (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps), eps = the dtype's machine eps. Any shape (..., d); returns x's shape and dtype."
     return F.rms_norm(x, (x.size(-1),))
 
+
 class Linear(nn.Linear):
     "A bias-free linear layer whose (fp32) weight is cast to the input's dtype: the one place matmul precision is set."
+
     def __init__(self, in_features: int, out_features: int):
         super().__init__(in_features, out_features, bias=False)
+
     def forward(self, x: Tensor) -> Tensor:
         "x: (..., in_features) in any float dtype -> x @ W^T, (..., out_features) in x's dtype (W cast, not stored, in it)."
         return F.linear(x, self.weight.to(x.dtype))
@@ -93,10 +111,12 @@ class Linear(nn.Linear):
 def rotary_tables(seq_len: int, head_dim: int, base: float = 10000.0, device=None) -> tuple[Tensor, Tensor]:
     """fp32 (cos, sin) tables of shape (seq_len, head_dim/2) on `device`: angle m * base^(-2i/head_dim) radians for position m,
     channel pair i (Su et al. 2021, RoFormer, eq. 15). ValueError if head_dim is odd."""
-    if head_dim % 2: raise ValueError(f"head_dim must be even, got {head_dim}")
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even, got {head_dim}")
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)  # theta_i
-    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)         # m * theta_i
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)  # m * theta_i
     return angles.cos(), angles.sin()
+
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     "Rotate-half RoPE. x: (B,T,H,D); cos, sin: (T, D/2) for x's positions. Pairs channel i with i + D/2. Returns x's shape and dtype."
@@ -109,18 +129,28 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class CausalSelfAttention(nn.Module):
     """Multi-head (or grouped-query, Ainslie et al. 2023) causal self-attention with RoPE, QK-norm, optional value
     embedding (gated per KV head) and sliding window, for layer `layer_idx` of a `GPTConfig`. Bias-free `Linear`s."""
+
     def __init__(self, config: GPTConfig, layer_idx: int, has_ve: bool):
         super().__init__()
-        self.layer_idx, self.n_head, self.n_kv_head, self.head_dim = layer_idx, config.n_head, config.n_kv_head, config.head_dim
+        self.layer_idx, self.n_head, self.n_kv_head, self.head_dim = (
+            layer_idx,
+            config.n_head,
+            config.n_kv_head,
+            config.head_dim,
+        )
         d = config.n_embd
         self.c_q = Linear(d, self.n_head * self.head_dim)
         self.c_k = Linear(d, self.n_kv_head * self.head_dim)
         self.c_v = Linear(d, self.n_kv_head * self.head_dim)
         self.c_proj = Linear(self.n_head * self.head_dim, d)
-        self.ve_gate = nn.Parameter(torch.empty(self.n_kv_head)) if has_ve else None  # per-KV-head gate on the value embedding
-        self.attn_fn = attention   # swap for `attention_naive` to check the model against the reference loop
+        self.ve_gate = (
+            nn.Parameter(torch.empty(self.n_kv_head)) if has_ve else None
+        )  # per-KV-head gate on the value embedding
+        self.attn_fn = attention  # swap for `attention_naive` to check the model against the reference loop
 
-    def forward(self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, window: int | None, kv_cache=None) -> Tensor:
+    def forward(
+        self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, window: int | None, kv_cache=None
+    ) -> Tensor:
         """x: (B, T, n_embd); ve: None or (B, T, n_kv_head*head_dim) value embedding; cos, sin: (T, head_dim/2) for these
         positions; `window`: None or int (see `nanolit.attention.attention`). With a `kv_cache` the new k, v are appended
         and attention runs over all cached positions. Returns (B, T, n_embd) in x's dtype."""
@@ -128,78 +158,105 @@ class CausalSelfAttention(nn.Module):
         q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
         k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
         v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
-        if ve is not None: v = v + self.ve_gate.to(v.dtype)[:, None] * ve.view(B, T, self.n_kv_head, self.head_dim)
-        q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))   # RoPE, then QK-norm (they commute)
-        if kv_cache is not None: k, v = kv_cache.update(self.layer_idx, k, v)
+        if ve is not None:
+            v = v + self.ve_gate.to(v.dtype)[:, None] * ve.view(B, T, self.n_kv_head, self.head_dim)
+        q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # RoPE, then QK-norm (they commute)
+        if kv_cache is not None:
+            k, v = kv_cache.update(self.layer_idx, k, v)
         y = self.attn_fn(q, k, v, window)
         return self.c_proj(y.reshape(B, T, -1))
 
+
 class MLP(nn.Module):
     "Feed-forward W2 relu(W1 x)^2 (So et al. 2021, Primer), hidden width 4 x n_embd, no biases."
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.c_fc, self.c_proj = Linear(config.n_embd, 4 * config.n_embd), Linear(4 * config.n_embd, config.n_embd)
+
     def forward(self, x: Tensor) -> Tensor:
         "x: (..., n_embd) -> (..., n_embd) in x's dtype: c_proj(relu(c_fc(x))^2)."
         return self.c_proj(F.relu(self.c_fc(x)).square())
 
+
 class Block(nn.Module):
     "Pre-norm transformer block: x + attn(norm(x)), then + mlp(norm(x))."
+
     def __init__(self, config: GPTConfig, layer_idx: int, has_ve: bool):
         super().__init__()
         self.attn, self.mlp = CausalSelfAttention(config, layer_idx, has_ve), MLP(config)
+
     def forward(self, x, ve, cos, sin, window, kv_cache=None):
         "x: (B, T, n_embd) -> (B, T, n_embd): x + attn(norm(x)), then + mlp(norm(x)). Other arguments as `CausalSelfAttention.forward`."
         x = x + self.attn(norm(x), ve, cos, sin, window, kv_cache)
         return x + self.mlp(norm(x))
 
+
 class KVCache:
     """The simplest KV cache: preallocated k, v of shape (n_layer, B, max_len, n_kv_head, head_dim) and `pos`, the number
     of positions filled. `update` writes a layer's new keys/values at `pos` and returns all so far; the model calls
     `advance(T)` after its last layer. Keeps every key (windowed layers could keep fewer)."""
-    def __init__(self, config: GPTConfig, batch_size: int, max_len: int | None = None, device=None, dtype=torch.float32):
+
+    def __init__(
+        self, config: GPTConfig, batch_size: int, max_len: int | None = None, device=None, dtype=torch.float32
+    ):
         self.max_len = max_len or config.sequence_len
         shape = (config.n_layer, batch_size, self.max_len, config.n_kv_head, config.head_dim)
-        self.k, self.v, self.pos = torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype), 0
+        self.k, self.v, self.pos = (
+            torch.zeros(shape, device=device, dtype=dtype),
+            torch.zeros(shape, device=device, dtype=dtype),
+            0,
+        )
+
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write `layer`'s new keys/values k, v: (B, T, n_kv_head, head_dim) at positions pos..pos+T-1 (cast to the cache
         dtype) and return views of all filled ones, (B, pos+T, n_kv_head, head_dim) each. Does not move `pos` (see
         `advance`). ValueError if pos+T > max_len."""
         end = self.pos + k.size(1)
-        if end > self.max_len: raise ValueError(f"KV cache full: {end} positions > max_len {self.max_len}")
-        self.k[layer, :, self.pos:end], self.v[layer, :, self.pos:end] = k, v
+        if end > self.max_len:
+            raise ValueError(f"KV cache full: {end} positions > max_len {self.max_len}")
+        self.k[layer, :, self.pos : end], self.v[layer, :, self.pos : end] = k, v
         return self.k[layer, :, :end], self.v[layer, :, :end]
+
     def advance(self, T: int) -> None:
         "Mark T more positions as filled (`pos += T`); the model calls it once per forward, after the last layer."
         self.pos += T
+
     def reset(self) -> None:
         "Forget the cached positions (`pos = 0`) so the cache can be reused for a new sequence; the buffers are kept."
         self.pos = 0
 
 # %% ../nbs/04_model.ipynb #c014c4cc
-LOSS_CHUNK_BYTES = 2**28     # fp32 logits of one block of `chunked_lm_loss` (256 MiB): rows = LOSS_CHUNK_BYTES // (4 V)
+LOSS_CHUNK_BYTES = 2**28  # fp32 logits of one block of `chunked_lm_loss` (256 MiB): rows = LOSS_CHUNK_BYTES // (4 V)
 
-def _loss_dtype(h: Tensor) -> torch.dtype: return torch.float64 if h.dtype == torch.float64 else torch.float32
+
+def _loss_dtype(h: Tensor) -> torch.dtype:
+    return torch.float64 if h.dtype == torch.float64 else torch.float32
+
 
 def _block_logits(h: Tensor, w: Tensor, softcap: float) -> tuple[Tensor, Tensor | None]:
     "fp32 (fp64 for fp64 h) logits c*tanh(h W^T / c) of a block of rows (the matmul in h's dtype, as `Linear`), and tanh's output."
     z = F.linear(h, w.to(h.dtype)).to(_loss_dtype(h))
-    if softcap > 0: t = torch.tanh(z / softcap); return softcap * t, t
+    if softcap > 0:
+        t = torch.tanh(z / softcap)
+        return softcap * t, t
     return z, None
+
 
 class ChunkedLMLoss(torch.autograd.Function):
     "Per-position cross-entropy of softcapped logits h W^T, block by block; saves h, W, targets and the log-sum-exps."
+
     @staticmethod
     def forward(ctx, h, weight, targets, softcap, chunk_rows):
         losses = torch.zeros(h.size(0), dtype=_loss_dtype(h), device=h.device)
         lses = torch.empty_like(losses)
         for i in range(0, h.size(0), chunk_rows):
-            logits, _ = _block_logits(h[i:i + chunk_rows], weight, softcap)
-            y = targets[i:i + chunk_rows]
+            logits, _ = _block_logits(h[i : i + chunk_rows], weight, softcap)
+            y = targets[i : i + chunk_rows]
             lse = torch.logsumexp(logits, dim=-1)
-            lses[i:i + chunk_rows] = lse
+            lses[i : i + chunk_rows] = lse
             picked = logits.gather(1, y.clamp(min=0)[:, None])[:, 0]
-            losses[i:i + chunk_rows] = torch.where(y >= 0, lse - picked, 0.0)
+            losses[i : i + chunk_rows] = torch.where(y >= 0, lse - picked, 0.0)
         ctx.save_for_backward(h, weight, targets, lses)
         ctx.softcap, ctx.chunk_rows = softcap, chunk_rows
         return losses
@@ -212,30 +269,44 @@ class ChunkedLMLoss(torch.autograd.Function):
         grad_w = torch.zeros_like(weight, dtype=_loss_dtype(weight)) if ctx.needs_input_grad[1] else None
         wd = weight.to(h.dtype)
         for i in range(0, h.size(0), rows):
-            hb, y = h[i:i + rows], targets[i:i + rows]
+            hb, y = h[i : i + rows], targets[i : i + rows]
             logits, t = _block_logits(hb, weight, sc)
-            g = torch.exp(logits - lses[i:i + rows, None])                       # softmax
+            g = torch.exp(logits - lses[i : i + rows, None])  # softmax
             g.scatter_add_(1, y.clamp(min=0)[:, None], -torch.ones_like(g[:, :1]))  # p - onehot(y)
-            g *= torch.where(y >= 0, grad_losses[i:i + rows].to(g.dtype), 0.0)[:, None]
-            if t is not None: g *= 1 - t * t                                     # through c*tanh(z/c)
+            g *= torch.where(y >= 0, grad_losses[i : i + rows].to(g.dtype), 0.0)[:, None]
+            if t is not None:
+                g *= 1 - t * t  # through c*tanh(z/c)
             g = g.to(h.dtype)
-            if grad_h is not None: grad_h[i:i + rows] = g @ wd
-            if grad_w is not None: grad_w += (g.t() @ hb).to(grad_w.dtype)
+            if grad_h is not None:
+                grad_h[i : i + rows] = g @ wd
+            if grad_w is not None:
+                grad_w += (g.t() @ hb).to(grad_w.dtype)
         return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
 
-def chunked_lm_loss(h: Tensor, weight: Tensor, targets: Tensor, softcap: float = 0.0, reduction: str = "mean",
-                    chunk_rows: int | None = None) -> Tensor:
+
+def chunked_lm_loss(
+    h: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    softcap: float = 0.0,
+    reduction: str = "mean",
+    chunk_rows: int | None = None,
+) -> Tensor:
     """Cross-entropy of the logits c*tanh(h W^T / c) (c = `softcap`, none if 0) against `targets`, without holding
     the (N, V) logits: h (N, d) in the compute dtype, `weight` (V, d), targets (N,) int64 with -1 ignored. Equal to
     `F.cross_entropy` of those fp32 logits, gradients for h and W included. `reduction`: 'none' (N,) fp32 (0 where
     ignored), 'sum', or 'mean' over non-ignored positions. `chunk_rows` (default LOSS_CHUNK_BYTES // (4 V)) positions
     per block. ValueError on an unknown reduction or mismatched shapes."""
-    if reduction not in ("mean", "sum", "none"): raise ValueError(f"loss_reduction must be mean, sum or none, got {reduction!r}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"loss_reduction must be mean, sum or none, got {reduction!r}")
     if h.ndim != 2 or targets.shape != h.shape[:1] or weight.ndim != 2 or weight.size(1) != h.size(1):
-        raise ValueError(f"need h (N, d), weight (V, d), targets (N,); got {tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}")
+        raise ValueError(
+            f"need h (N, d), weight (V, d), targets (N,); got {tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}"
+        )
     rows = chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * weight.size(0)))
     losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows))
-    if reduction == "none": return losses
+    if reduction == "none":
+        return losses
     return losses.sum() if reduction == "sum" else losses.sum() / (targets >= 0).sum()
 
 # %% ../nbs/04_model.ipynb #63109292
@@ -243,8 +314,10 @@ def has_value_embedding(layer_idx: int, n_layer: int) -> bool:
     "Whether (bool) layer `layer_idx` of `n_layer` gets a value embedding: alternating layers, counted back from the last (which has one; modded-nanogpt)."
     return (n_layer - 1 - layer_idx) % 2 == 0
 
+
 class GPT(nn.Module):
     "A modern GPT (see the table at the top of `04_model`). Build with `build_model`, or on meta + `to_empty` + `init_weights`."
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
@@ -252,9 +325,14 @@ class GPT(nn.Module):
         self.windows = c.layer_windows()
         self.wte = nn.Embedding(V, c.n_embd)
         self.blocks = nn.ModuleList(Block(c, i, has_value_embedding(i, c.n_layer)) for i in range(c.n_layer))
-        self.value_embeds = nn.ModuleDict({str(i): nn.Embedding(V, c.n_kv_head * c.head_dim)
-                                           for i in range(c.n_layer) if has_value_embedding(i, c.n_layer)})
-        self.lm_head = Linear(c.n_embd, V)   # untied from wte
+        self.value_embeds = nn.ModuleDict(
+            {
+                str(i): nn.Embedding(V, c.n_kv_head * c.head_dim)
+                for i in range(c.n_layer)
+                if has_value_embedding(i, c.n_layer)
+            }
+        )
+        self.lm_head = Linear(c.n_embd, V)  # untied from wte
         self.resid_lambdas = nn.Parameter(torch.empty(c.n_layer))
         self.x0_lambdas = nn.Parameter(torch.empty(c.n_layer))
         # rotary tables are derived, not learned: non-persistent buffers (not in the state dict), refilled by init_weights
@@ -265,53 +343,75 @@ class GPT(nn.Module):
     def init_weights(self):
         "Set every parameter and buffer (scheme in the notebook text); call after `to_empty(device=...)`."
         c = self.config
-        a = math.sqrt(3.0 / c.n_embd)                       # uniform(-a, a) has std 1/sqrt(n_embd)
+        a = math.sqrt(3.0 / c.n_embd)  # uniform(-a, a) has std 1/sqrt(n_embd)
         nn.init.normal_(self.wte.weight, mean=0.0, std=1.0)
-        for ve in self.value_embeds.values(): nn.init.uniform_(ve.weight, -a, a)
+        for ve in self.value_embeds.values():
+            nn.init.uniform_(ve.weight, -a, a)
         for b in self.blocks:
-            for lin in (b.attn.c_q, b.attn.c_k, b.attn.c_v, b.mlp.c_fc): nn.init.uniform_(lin.weight, -a, a)
-            nn.init.zeros_(b.attn.c_proj.weight); nn.init.zeros_(b.mlp.c_proj.weight)
-            if b.attn.ve_gate is not None: b.attn.ve_gate.fill_(0.5)
+            for lin in (b.attn.c_q, b.attn.c_k, b.attn.c_v, b.mlp.c_fc):
+                nn.init.uniform_(lin.weight, -a, a)
+            nn.init.zeros_(b.attn.c_proj.weight)
+            nn.init.zeros_(b.mlp.c_proj.weight)
+            if b.attn.ve_gate is not None:
+                b.attn.ve_gate.fill_(0.5)
         nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
-        self.resid_lambdas.fill_(1.0); self.x0_lambdas.fill_(0.0)
+        self.resid_lambdas.fill_(1.0)
+        self.x0_lambdas.fill_(0.0)
         cos, sin = rotary_tables(c.sequence_len, c.head_dim, c.rope_base, device=self.cos.device)
-        self.cos.copy_(cos); self.sin.copy_(sin)
+        self.cos.copy_(cos)
+        self.sin.copy_(sin)
 
-    def forward(self, idx: Tensor, targets: Tensor | None = None, loss_reduction: str = "mean", kv_cache=None) -> Tensor:
+    def forward(
+        self, idx: Tensor, targets: Tensor | None = None, loss_reduction: str = "mean", kv_cache=None
+    ) -> Tensor:
         """idx: (B,T) int64 token ids. Returns fp32 logits (B,T,vocab) if `targets` is None, else the cross-entropy loss
         against targets (B,T) int64 with -1 ignored: a scalar for 'mean'/'sum', (B,T) for 'none'. With a `kv_cache`
         (see `KVCache`) idx holds the next T tokens after the `kv_cache.pos` already cached."""
-        if idx.ndim != 2: raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
-        if loss_reduction not in ("mean", "sum", "none"): raise ValueError(f"loss_reduction must be mean, sum or none, got {loss_reduction!r}")
+        if idx.ndim != 2:
+            raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+        if loss_reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"loss_reduction must be mean, sum or none, got {loss_reduction!r}")
         B, T = idx.shape
         t0 = 0 if kv_cache is None else kv_cache.pos
-        if t0 + T > self.cos.size(0): raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
-        cos, sin = self.cos[t0:t0 + T], self.sin[t0:t0 + T]
-        dtype = detect_compute_dtype(idx.device.type)       # core's precision policy, for the device we run on
+        if t0 + T > self.cos.size(0):
+            raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
+        cos, sin = self.cos[t0 : t0 + T], self.sin[t0 : t0 + T]
+        dtype = detect_compute_dtype(idx.device.type)  # core's precision policy, for the device we run on
         x = x0 = norm(self.wte(idx).to(dtype))
         for i, block in enumerate(self.blocks):
             x = self.resid_lambdas[i].to(dtype) * x + self.x0_lambdas[i].to(dtype) * x0
             ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
             x = block(x, ve, cos, sin, self.windows[i], kv_cache)
-        if kv_cache is not None: kv_cache.advance(T)
+        if kv_cache is not None:
+            kv_cache.advance(T)
         sc = self.config.logit_softcap
         if targets is not None and not isinstance(self.lm_head.weight, DTensor):
             # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
-            loss = chunked_lm_loss(norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction)
+            loss = chunked_lm_loss(
+                norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction
+            )
             return loss.view(B, T) if loss_reduction == "none" else loss
-        logits = self.lm_head(norm(x))           # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))   # fp32 (fp64 for an fp64 model), as the loss
+        logits = self.lm_head(norm(x))  # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
+        logits = logits.to(
+            torch.promote_types(logits.dtype, torch.float32)
+        )  # fp32 (fp64 for an fp64 model), as the loss
         logits = sc * torch.tanh(logits / sc)
-        if targets is None: return logits
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction)
+        if targets is None:
+            return logits
+        loss = F.cross_entropy(
+            logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction
+        )
         return loss.view(B, T) if loss_reduction == "none" else loss
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "Parameters by optimizer treatment: 'matrix' (2-D hidden weights, and 3-D stacks of expert matrices after MoE), 'embedding' (wte, value embeddings), 'lm_head', 'scalar' (0-/1-D)."
-        return dict(matrix=[p for b in self.blocks for p in b.parameters() if p.ndim >= 2],
-                    embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],
-                    lm_head=[self.lm_head.weight],
-                    scalar=[self.resid_lambdas, self.x0_lambdas] + [p for b in self.blocks for p in b.parameters() if p.ndim < 2])
+        return dict(
+            matrix=[p for b in self.blocks for p in b.parameters() if p.ndim >= 2],
+            embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],
+            lm_head=[self.lm_head.weight],
+            scalar=[self.resid_lambdas, self.x0_lambdas]
+            + [p for b in self.blocks for p in b.parameters() if p.ndim < 2],
+        )
 
     def num_params(self) -> int:
         "Total number of parameters (embeddings included)."
@@ -322,27 +422,37 @@ class GPT(nn.Module):
         12 * n_head * head_dim * min(window, sequence_len) (Kaplan et al. 2020; PaLM appendix B; windows shrink the last term)."""
         c, g = self.config, self.param_groups()
         n_matmul = sum(p.numel() for p in g["matrix"] + g["lm_head"])
-        attn = sum(12 * c.n_head * c.head_dim * (c.sequence_len if w is None else min(w, c.sequence_len)) for w in self.windows)
+        attn = sum(
+            12 * c.n_head * c.head_dim * (c.sequence_len if w is None else min(w, c.sequence_len)) for w in self.windows
+        )
         return 6 * n_matmul + attn
+
 
 def build_model(config: GPTConfig, device: torch.device | str) -> GPT:
     "A ready `GPT(config)`: built on the meta device (no memory), allocated on `device` with `to_empty` (fp32 parameters), then `init_weights()`."
-    with torch.device("meta"): model = GPT(config)
+    with torch.device("meta"):
+        model = GPT(config)
     model.to_empty(device=device)
     model.init_weights()
     return model
 
 # %% ../nbs/04_model.ipynb #6960f544
-def generate(model: GPT, tokens: list[int], max_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-             seed: int = 42) -> Iterator[int]:
+def generate(
+    model: GPT, tokens: list[int], max_tokens: int, temperature: float = 1.0, top_k: int | None = None, seed: int = 42
+) -> Iterator[int]:
     """Yield up to `max_tokens` new token ids after the prompt `tokens`, one full forward per token (the naive reference).
     temperature 0 = greedy; top_k keeps the k most likely; sampling uses a torch.Generator seeded with `seed`.
     Raises ValueError for an empty prompt, negative max_tokens or temperature, or top_k < 1."""
-    if not tokens: raise ValueError("tokens (the prompt) must be non-empty")
-    if max_tokens < 0: raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
-    if temperature < 0: raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if top_k is not None and top_k < 1: raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
+    if not tokens:
+        raise ValueError("tokens (the prompt) must be non-empty")
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0, got {max_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1 or None, got {top_k}")
     return _generate(model, list(tokens), max_tokens, temperature, top_k, seed)
+
 
 @torch.inference_mode()
 def _generate(model, tokens, max_tokens, temperature, top_k, seed):
@@ -350,7 +460,7 @@ def _generate(model, tokens, max_tokens, temperature, top_k, seed):
     rng = torch.Generator(device=device).manual_seed(seed)
     ids = torch.tensor([tokens], dtype=torch.long, device=device)
     for _ in range(max_tokens):
-        logits = model(ids[:, -model.config.sequence_len:])[:, -1, :]       # (1, vocab), fp32
+        logits = model(ids[:, -model.config.sequence_len :])[:, -1, :]  # (1, vocab), fp32
         if temperature == 0:
             nxt = logits.argmax(dim=-1, keepdim=True)
         else:

@@ -6,7 +6,8 @@ Docs: https://nanolit.github.io/nanolit/optim.html.md"""
 
 # %% ../nbs/05_optim.ipynb #2246b547
 from __future__ import annotations
-import math, operator
+import math
+import operator
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -22,15 +23,17 @@ __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAM
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
-def adamw_update_(p: Tensor, grad: Tensor, state: dict, *, lr: float, beta1: float, beta2: float,
-                  eps: float, weight_decay: float) -> None:
+def adamw_update_(
+    p: Tensor, grad: Tensor, state: dict, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float
+) -> None:
     """One AdamW step on `p` in place (Loshchilov & Hutter 2019, Adam of Kingma & Ba 2015), with torch's semantics.
 
     `p` and `grad` have the same shape (any; a flat shard is fine). `state` is the parameter's state dict: empty on
     the first call, then it holds `step` (a 0-D fp32 CPU tensor, as torch keeps it), `exp_avg` and `exp_avg_sq`
     (same dtype and shape as `p`). Decoupled weight decay `p *= 1 - lr*weight_decay` comes first; `eps` is added
     after the square root of the bias-corrected second moment."""
-    if grad.shape != p.shape: raise ValueError(f"grad shape {tuple(grad.shape)} != param shape {tuple(p.shape)}")
+    if grad.shape != p.shape:
+        raise ValueError(f"grad shape {tuple(grad.shape)} != param shape {tuple(p.shape)}")
     if not state:
         state["step"] = torch.tensor(0.0, dtype=torch.float32)
         state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
@@ -38,10 +41,11 @@ def adamw_update_(p: Tensor, grad: Tensor, state: dict, *, lr: float, beta1: flo
     state["step"] += 1
     step = state["step"].item()
     exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-    if weight_decay != 0: p.mul_(1 - lr * weight_decay)
-    exp_avg.lerp_(grad, 1 - beta1)                                  # m = b1*m + (1-b1)*g
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)    # v = b2*v + (1-b2)*g^2
-    step_size = lr / (1 - beta1**step)                              # lr / bias correction 1
+    if weight_decay != 0:
+        p.mul_(1 - lr * weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)  # m = b1*m + (1-b1)*g
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)  # v = b2*v + (1-b2)*g^2
+    step_size = lr / (1 - beta1**step)  # lr / bias correction 1
     denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)  # sqrt(v_hat) + eps
     p.addcdiv_(exp_avg, denom, value=-step_size)
 
@@ -50,23 +54,46 @@ def _adamw_group_step(group: dict, state: dict) -> None:
     "AdamW step for every parameter with a gradient in `group` (keys lr, betas, eps, weight_decay)."
     beta1, beta2 = group["betas"]
     for p in group["params"]:
-        if p.grad is None: continue
-        if p.grad.is_sparse: raise ValueError("AdamW does not support sparse gradients")
-        adamw_update_(p, p.grad, state[p], lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                      weight_decay=group["weight_decay"])
+        if p.grad is None:
+            continue
+        if p.grad.is_sparse:
+            raise ValueError("AdamW does not support sparse gradients")
+        adamw_update_(
+            p,
+            p.grad,
+            state[p],
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+        )
+
 
 def _check_adamw_hparams(lr, betas, eps, weight_decay):
-    if not lr >= 0: raise ValueError(f"invalid lr {lr}")
-    if len(betas) != 2 or not all(0 <= b < 1 for b in betas): raise ValueError(f"betas must be two values in [0, 1), got {betas}")
-    if not eps >= 0: raise ValueError(f"invalid eps {eps}")
-    if not weight_decay >= 0: raise ValueError(f"invalid weight_decay {weight_decay}")
+    if not lr >= 0:
+        raise ValueError(f"invalid lr {lr}")
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise ValueError(f"betas must be two values in [0, 1), got {betas}")
+    if not eps >= 0:
+        raise ValueError(f"invalid eps {eps}")
+    if not weight_decay >= 0:
+        raise ValueError(f"invalid weight_decay {weight_decay}")
+
 
 class AdamW(torch.optim.Optimizer):
     """AdamW (Loshchilov & Hutter 2019) with `torch.optim.AdamW`'s semantics and defaults (no amsgrad, no maximize).
 
     `params`: an iterable of tensors or of param-group dicts. State per parameter as in `adamw_update_`."""
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2):
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ):
         _check_adamw_hparams(lr, betas, eps, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
 
@@ -76,8 +103,10 @@ class AdamW(torch.optim.Optimizer):
         (re-evaluated with grad enabled) or None. State is created lazily on a parameter's first step."""
         loss = None
         if closure is not None:
-            with torch.enable_grad(): loss = closure()
-        for group in self.param_groups: _adamw_group_step(group, self.state)
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            _adamw_group_step(group, self.state)
         return loss
 
 # %% ../nbs/05_optim.ipynb #f22fc57c
@@ -85,7 +114,8 @@ def polar_svd(G: Tensor) -> Tensor:
     """The polar factor U V^T of `G` (m, n) = U S V^T, by SVD in fp32; returns (m, n) in G's dtype. A stack
     (..., m, n) gives each matrix's polar factor. The exact answer the Newton–Schulz iterations approximate
     (Higham 2008, "Functions of Matrices", ch. 8). ValueError for fewer than 2 dims."""
-    if G.ndim < 2: raise ValueError(f"polar_svd needs a matrix (or a stack of them), got shape {tuple(G.shape)}")
+    if G.ndim < 2:
+        raise ValueError(f"polar_svd needs a matrix (or a stack of them), got shape {tuple(G.shape)}")
     U, S, Vh = torch.linalg.svd(G.float(), full_matrices=False)
     return (U @ Vh).to(G.dtype)
 
@@ -100,12 +130,21 @@ POLAR_EXPRESS = (  # Amsel et al. 2025, per-step coefficients as in modded-nanog
     (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
 )
 
+
 def _ns_dtype(G: Tensor) -> torch.dtype:
     "bf16 on accelerators when the precision policy says so, fp32 on the CPU."
     return COMPUTE_DTYPE if G.device.type != "cpu" else torch.float32
 
-def newton_schulz(G: Tensor, steps: int = 5, coeffs=NS_QUINTIC, *, eps: float = 1e-7, norm_scale: float = 1.0,
-                  dtype: torch.dtype | None = None) -> Tensor:
+
+def newton_schulz(
+    G: Tensor,
+    steps: int = 5,
+    coeffs=NS_QUINTIC,
+    *,
+    eps: float = 1e-7,
+    norm_scale: float = 1.0,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
     """Approximate polar factor of `G` (m, n) by the odd quintic iteration X <- aX + b(XX^T)X + c(XX^T)^2 X; a stack
     (..., m, n), e.g. the experts' matrices of an MoE layer (E, d, h), is orthogonalised matrix by matrix.
 
@@ -113,18 +152,24 @@ def newton_schulz(G: Tensor, steps: int = 5, coeffs=NS_QUINTIC, *, eps: float = 
     per-step triples (e.g. `POLAR_EXPRESS`; then `steps` <= its length). X starts as G / (norm_scale*||G||_F + eps);
     tall matrices are transposed so the Gram matrix is min(m, n) square. Runs in `dtype` (default bf16 on GPU per
     `COMPUTE_DTYPE`, fp32 on CPU); returns G's shape in that dtype. Raises ValueError on an input of fewer than 2 dims."""
-    if G.ndim < 2: raise ValueError(f"Newton–Schulz orthogonalisation needs a matrix (or a stack of them), got shape {tuple(G.shape)}")
+    if G.ndim < 2:
+        raise ValueError(
+            f"Newton–Schulz orthogonalisation needs a matrix (or a stack of them), got shape {tuple(G.shape)}"
+        )
     per_step = isinstance(coeffs[0], Sequence)
-    if per_step and steps > len(coeffs): raise ValueError(f"{len(coeffs)} per-step coefficients, asked for {steps} steps")
+    if per_step and steps > len(coeffs):
+        raise ValueError(f"{len(coeffs)} per-step coefficients, asked for {steps} steps")
     X = G.to(dtype or _ns_dtype(G))
     tall = X.size(-2) > X.size(-1)
-    if tall: X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) * norm_scale + eps)   # each matrix by its own Frobenius norm
+    if tall:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) * norm_scale + eps)  # each matrix by its own Frobenius norm
     for i in range(steps):
         a, b, c = coeffs[i] if per_step else coeffs
         A = X @ X.mT
         X = a * X + (b * A + c * (A @ A)) @ X
     return X.mT if tall else X
+
 
 def polar_express(G: Tensor, steps: int = 5, **kw) -> Tensor:
     """Polar Express (Amsel et al. 2025, arXiv:2505.16932): `newton_schulz` with the per-step `POLAR_EXPRESS`
@@ -133,44 +178,73 @@ def polar_express(G: Tensor, steps: int = 5, **kw) -> Tensor:
     return newton_schulz(G, steps, POLAR_EXPRESS, norm_scale=1 + 2e-2, **kw)
 
 # %% ../nbs/05_optim.ipynb #02400126
-def muon_update(grad: Tensor, momentum_buffer: Tensor, *, momentum: float = 0.95, nesterov: bool = True,
-                ns_steps: int = 5, method: str = "newton_schulz") -> Tensor:
+def muon_update(
+    grad: Tensor,
+    momentum_buffer: Tensor,
+    *,
+    momentum: float = 0.95,
+    nesterov: bool = True,
+    ns_steps: int = 5,
+    method: str = "newton_schulz",
+) -> Tensor:
     """Muon's update direction for a `grad` (m, n) (Keller Jordan 2024): updates `momentum_buffer` in place
     (B <- mu*B + (1-mu)*G), orthogonalises U = (1-mu)*G + mu*B (Nesterov) or U = B, and returns
     sqrt(max(1, m/n)) * polar(U) as (m, n) in grad's dtype. A stack (..., m, n) (an MoE layer's experts) is updated
     matrix by matrix, as if each were its own parameter. `method`: 'newton_schulz' (the quintic, default),
     'polar_express' or 'svd' (exact, slow). Raises ValueError for grads of fewer than 2 dims or an unknown method."""
-    if grad.ndim < 2: raise ValueError(f"Muon updates matrices only, got shape {tuple(grad.shape)}; use AdamW for it")
+    if grad.ndim < 2:
+        raise ValueError(f"Muon updates matrices only, got shape {tuple(grad.shape)}; use AdamW for it")
     momentum_buffer.lerp_(grad, 1 - momentum)
     u = grad.lerp(momentum_buffer, momentum) if nesterov else momentum_buffer
-    if method == "newton_schulz": o = newton_schulz(u, ns_steps)
-    elif method == "polar_express": o = polar_express(u, ns_steps)
-    elif method == "svd": o = polar_svd(u)
-    else: raise ValueError(f"unknown orthogonalisation method {method!r}")
+    if method == "newton_schulz":
+        o = newton_schulz(u, ns_steps)
+    elif method == "polar_express":
+        o = polar_express(u, ns_steps)
+    elif method == "svd":
+        o = polar_svd(u)
+    else:
+        raise ValueError(f"unknown orthogonalisation method {method!r}")
     return o.to(grad.dtype) * max(1.0, grad.size(-2) / grad.size(-1)) ** 0.5
 
+
 @torch.no_grad()
-def muon_step_(p: Tensor, grad: Tensor, state: dict, *, lr: float, momentum: float = 0.95, weight_decay: float = 0.0,
-               nesterov: bool = True, ns_steps: int = 5, method: str = "newton_schulz") -> None:
+def muon_step_(
+    p: Tensor,
+    grad: Tensor,
+    state: dict,
+    *,
+    lr: float,
+    momentum: float = 0.95,
+    weight_decay: float = 0.0,
+    nesterov: bool = True,
+    ns_steps: int = 5,
+    method: str = "newton_schulz",
+) -> None:
     """One Muon step on a matrix parameter `p` (m, n), or a stack of them (..., m, n), in place:
     p *= 1 - lr*weight_decay (decoupled), then p -= lr * muon_update(grad, ...). `state` holds `momentum_buffer`
     (like p), created on the first call. ValueError for a parameter of fewer than 2 dims."""
-    if p.ndim < 2: raise ValueError(f"Muon updates matrices only, got a parameter of shape {tuple(p.shape)}")
-    if "momentum_buffer" not in state: state["momentum_buffer"] = torch.zeros_like(p)
-    update = muon_update(grad, state["momentum_buffer"], momentum=momentum, nesterov=nesterov, ns_steps=ns_steps,
-                         method=method)
-    if weight_decay != 0: p.mul_(1 - lr * weight_decay)
+    if p.ndim < 2:
+        raise ValueError(f"Muon updates matrices only, got a parameter of shape {tuple(p.shape)}")
+    if "momentum_buffer" not in state:
+        state["momentum_buffer"] = torch.zeros_like(p)
+    update = muon_update(
+        grad, state["momentum_buffer"], momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, method=method
+    )
+    if weight_decay != 0:
+        p.mul_(1 - lr * weight_decay)
     p.add_(update, alpha=-lr)
 
 # %% ../nbs/05_optim.ipynb #ccbbf524
 MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, weight_decay=0.0, nesterov=True, ns_steps=5, method="newton_schulz")
 ADAMW_DEFAULTS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
+
 class MuonAdamW(torch.optim.Optimizer):
     """One optimizer with Muon groups (`group["kind"] == "muon"`, matrices or stacks of them only) and AdamW groups
     (`"adamw"`), stepped together. `param_groups`: a list of dicts with `params`, `kind` and optional
     hyperparameters (defaults `MUON_DEFAULTS` / `ADAMW_DEFAULTS`). Raises ValueError on an unknown kind, a 0-/1-D
     param in a Muon group, or a parameter in two groups. AdamW groups behave exactly as `torch.optim.AdamW`."""
+
     def __init__(self, param_groups: list[dict]):
         param_groups = [param_groups] if isinstance(param_groups, (Tensor, dict)) else list(param_groups)
         if not all(isinstance(g, dict) for g in param_groups):
@@ -182,13 +256,18 @@ class MuonAdamW(torch.optim.Optimizer):
         hyperparameters from `MUON_DEFAULTS` / `ADAMW_DEFAULTS`. ValueError on an unknown kind, a 0-/1-D tensor in a
         Muon group, invalid AdamW hyperparameters, or a parameter already in another group."""
         kind = group.get("kind")
-        if kind not in ("muon", "adamw"): raise ValueError(f"param group kind must be 'muon' or 'adamw', got {kind!r}")
-        for k, v in (MUON_DEFAULTS if kind == "muon" else ADAMW_DEFAULTS).items(): group.setdefault(k, v)
+        if kind not in ("muon", "adamw"):
+            raise ValueError(f"param group kind must be 'muon' or 'adamw', got {kind!r}")
+        for k, v in (MUON_DEFAULTS if kind == "muon" else ADAMW_DEFAULTS).items():
+            group.setdefault(k, v)
         params = [group["params"]] if isinstance(group["params"], Tensor) else list(group["params"])
         if kind == "muon":
             for p in params:
-                if p.ndim < 2: raise ValueError(f"Muon group {group.get('name', '')!r} holds a parameter of shape "
-                                                 f"{tuple(p.shape)}; Muon takes matrices only")
+                if p.ndim < 2:
+                    raise ValueError(
+                        f"Muon group {group.get('name', '')!r} holds a parameter of shape "
+                        f"{tuple(p.shape)}; Muon takes matrices only"
+                    )
         else:
             group["betas"] = tuple(group["betas"])
             _check_adamw_hparams(group["lr"], group["betas"], group["eps"], group["weight_decay"])
@@ -200,14 +279,26 @@ class MuonAdamW(torch.optim.Optimizer):
         on each (m, n) or (..., m, n) parameter with a `.grad`. Returns `closure()`'s loss or None."""
         loss = None
         if closure is not None:
-            with torch.enable_grad(): loss = closure()
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
-            if group["kind"] == "adamw": _adamw_group_step(group, self.state); continue
+            if group["kind"] == "adamw":
+                _adamw_group_step(group, self.state)
+                continue
             for p in group["params"]:
-                if p.grad is None: continue
-                self.muon_step_fn(p)(p, p.grad, self.state[p], lr=group["lr"], momentum=group["momentum"],
-                                     weight_decay=group["weight_decay"], nesterov=group["nesterov"],
-                                     ns_steps=group["ns_steps"], method=group["method"])
+                if p.grad is None:
+                    continue
+                self.muon_step_fn(p)(
+                    p,
+                    p.grad,
+                    self.state[p],
+                    lr=group["lr"],
+                    momentum=group["momentum"],
+                    weight_decay=group["weight_decay"],
+                    nesterov=group["nesterov"],
+                    ns_steps=group["ns_steps"],
+                    method=group["method"],
+                )
         return loss
 
     def muon_step_fn(self, p: Tensor):
@@ -217,55 +308,97 @@ class MuonAdamW(torch.optim.Optimizer):
 # %% ../nbs/05_optim.ipynb #e60abd53
 PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
 
-def build_optimizer(param_groups: dict[str, list], *, matrix_lr: float = 0.02, embedding_lr: float = 0.2,
-                    unembedding_lr: float = 0.004, scalar_lr: float = 0.5, weight_decay: float = 0.0,
-                    adam_betas: tuple[float, float] = (0.8, 0.95), adam_eps: float = 1e-10,
-                    muon_momentum: float = 0.95, model_dim: int | None = None) -> MuonAdamW:
+
+def build_optimizer(
+    param_groups: dict[str, list],
+    *,
+    matrix_lr: float = 0.02,
+    embedding_lr: float = 0.2,
+    unembedding_lr: float = 0.004,
+    scalar_lr: float = 0.5,
+    weight_decay: float = 0.0,
+    adam_betas: tuple[float, float] = (0.8, 0.95),
+    adam_eps: float = 1e-10,
+    muon_momentum: float = 0.95,
+    model_dim: int | None = None,
+) -> MuonAdamW:
     """A `MuonAdamW` for a model's parameters, given as {"matrix", "embedding", "lm_head", "scalar"} -> lists of
     parameters (missing keys mean empty). "matrix" (2-D, or 3-D stacks of expert matrices) goes to Muon at `matrix_lr`; the others to AdamW at
     their own lr, times (model_dim/768)**-0.5 if `model_dim` is given (nanochat's width scaling).
     `weight_decay` applies to 2-D parameters only. Every group gets `initial_lr` (its lr) and `name`.
     Raises ValueError on unknown keys, a parameter listed twice, or a 0-/1-D "matrix" parameter."""
     unknown = set(param_groups) - set(PARAM_GROUP_KEYS)
-    if unknown: raise ValueError(f"unknown parameter group keys {sorted(unknown)}; expected {PARAM_GROUP_KEYS}")
+    if unknown:
+        raise ValueError(f"unknown parameter group keys {sorted(unknown)}; expected {PARAM_GROUP_KEYS}")
     seen = {}
     for key in PARAM_GROUP_KEYS:
         for p in param_groups.get(key, []):
-            if id(p) in seen: raise ValueError(f"a parameter of shape {tuple(p.shape)} is in {seen[id(p)]!r} and {key!r}")
+            if id(p) in seen:
+                raise ValueError(f"a parameter of shape {tuple(p.shape)} is in {seen[id(p)]!r} and {key!r}")
             seen[id(p)] = key
     for p in param_groups.get("matrix", []):
-        if p.ndim < 2: raise ValueError(f"'matrix' parameters go to Muon and must be matrices (or stacks of them), got shape {tuple(p.shape)}")
+        if p.ndim < 2:
+            raise ValueError(
+                f"'matrix' parameters go to Muon and must be matrices (or stacks of them), got shape {tuple(p.shape)}"
+            )
     scale = 1.0 if model_dim is None else (model_dim / 768) ** -0.5
     groups = []
     if param_groups.get("matrix"):
-        groups.append(dict(kind="muon", name="matrix", params=list(param_groups["matrix"]), lr=matrix_lr,
-                           momentum=muon_momentum, weight_decay=weight_decay))
+        groups.append(
+            dict(
+                kind="muon",
+                name="matrix",
+                params=list(param_groups["matrix"]),
+                lr=matrix_lr,
+                momentum=muon_momentum,
+                weight_decay=weight_decay,
+            )
+        )
     for key, lr in (("embedding", embedding_lr), ("lm_head", unembedding_lr), ("scalar", scalar_lr)):
         ps = list(param_groups.get(key, []))
-        for suffix, sel, wd in (("", [p for p in ps if p.ndim >= 2], weight_decay),
-                                ("_1d", [p for p in ps if p.ndim < 2], 0.0)):
-            if sel: groups.append(dict(kind="adamw", name=key + suffix, params=sel, lr=lr * scale,
-                                       betas=tuple(adam_betas), eps=adam_eps, weight_decay=wd))
-    if not groups: raise ValueError("no parameters given")
+        for suffix, sel, wd in (
+            ("", [p for p in ps if p.ndim >= 2], weight_decay),
+            ("_1d", [p for p in ps if p.ndim < 2], 0.0),
+        ):
+            if sel:
+                groups.append(
+                    dict(
+                        kind="adamw",
+                        name=key + suffix,
+                        params=sel,
+                        lr=lr * scale,
+                        betas=tuple(adam_betas),
+                        eps=adam_eps,
+                        weight_decay=wd,
+                    )
+                )
+    if not groups:
+        raise ValueError("no parameters given")
     opt = MuonAdamW(groups)
-    for g in opt.param_groups: g["initial_lr"] = g["lr"]
+    for g in opt.param_groups:
+        g["initial_lr"] = g["lr"]
     return opt
 
 # %% ../nbs/05_optim.ipynb #7e7fd550
 def _whole(v, name: str) -> int:
     "v as an int if it is a whole number (an int, numpy int or integral float), else ValueError naming `name`."
     if not isinstance(v, bool):
-        try: return operator.index(v)
+        try:
+            return operator.index(v)
         except TypeError:
-            if isinstance(v, float) and v.is_integer(): return int(v)
+            if isinstance(v, float) and v.is_integer():
+                return int(v)
     raise ValueError(f"{name} must be a whole number, got {v!r}")
+
 
 def _fraction(v, name: str) -> float:
     "v as a float if it is a real number in [0, 1], else ValueError naming `name` (a string or None is no fraction)."
     if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__") or isinstance(v, str):
         raise ValueError(f"{name} must be a number in [0, 1], got {v!r}")
-    if not 0 <= float(v) <= 1: raise ValueError(f"{name} must be in [0, 1], got {v!r}")
+    if not 0 <= float(v) <= 1:
+        raise ValueError(f"{name} must be in [0, 1], got {v!r}")
     return float(v)
+
 
 def warmup_warmdown_steps(num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2) -> tuple[int, int]:
     """(W, D): the warmup and warmdown lengths, in trained steps, of a `num_steps`-step WSD schedule, with W + D <= N.
@@ -273,16 +406,20 @@ def warmup_warmdown_steps(num_steps: int, warmup_steps: int = 0, warmdown_ratio:
     the warmdown takes the steps left after it, but at least the last one (a warmup of N or more steps is cut to N-1
     for it); a one-step run has no warmdown. ValueError on invalid arguments."""
     num_steps, warmup_steps = _whole(num_steps, "num_steps"), _whole(warmup_steps, "warmup_steps")
-    if num_steps < 1: raise ValueError(f"num_steps must be >= 1, got {num_steps}")
-    if warmup_steps < 0: raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
     warmdown_ratio = _fraction(warmdown_ratio, "warmdown_ratio")
     N = num_steps
     D = max(1, round(warmdown_ratio * N)) if warmdown_ratio > 0 else 0
-    D = 0 if D == 0 or N == 1 else max(1, min(D, N - warmup_steps))   # the warmdown keeps at least the last step
+    D = 0 if D == 0 or N == 1 else max(1, min(D, N - warmup_steps))  # the warmdown keeps at least the last step
     return min(warmup_steps, N - D), D
 
-def lr_multiplier(step: int, num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2,
-                  final_lr_frac: float = 0.0) -> float:
+
+def lr_multiplier(
+    step: int, num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2, final_lr_frac: float = 0.0
+) -> float:
     """Learning-rate multiplier at trained step `step` (0-based; a loop of `num_steps` steps trains 0..num_steps-1) of
     a warmup / constant / linear warmdown (WSD) schedule (Hägele et al. 2024), with (W, D) = `warmup_warmdown_steps`:
     (step+1)/W during warmup (so step 0 is > 0 and step W-1 is exactly 1), 1, then linear down over the last D steps
@@ -294,26 +431,34 @@ def lr_multiplier(step: int, num_steps: int, warmup_steps: int = 0, warmdown_rat
     if not 0 <= step < num_steps:
         raise ValueError(f"step must be a trained step, in [0, {num_steps - 1}] for num_steps={num_steps}, got {step}")
     final_lr_frac = _fraction(final_lr_frac, "final_lr_frac")
-    if step < W: return (step + 1) / W
-    if step >= num_steps - D: return final_lr_frac + (1 - final_lr_frac) * (num_steps - 1 - step) / D
+    if step < W:
+        return (step + 1) / W
+    if step >= num_steps - D:
+        return final_lr_frac + (1 - final_lr_frac) * (num_steps - 1 - step) / D
     return 1.0
+
 
 def muon_momentum(step: int, warmup: int = 300, start: float = 0.85, end: float = 0.95) -> float:
     """Muon momentum (a float in [start, end]) at 0-based optimizer `step`: linear from `start` at step 0 to `end` at
     step `warmup`, then `end` (the warmup of modded-nanogpt, Jordan et al. 2024). ValueError if `step` or `warmup` < 0."""
-    if step < 0 or warmup < 0: raise ValueError(f"step and warmup must be >= 0, got {step}, {warmup}")
+    if step < 0 or warmup < 0:
+        raise ValueError(f"step and warmup must be >= 0, got {step}, {warmup}")
     frac = min(step / warmup, 1.0) if warmup > 0 else 1.0
     return (1 - frac) * start + frac * end
+
 
 def apply_lr(optimizer: torch.optim.Optimizer, multiplier: float) -> None:
     """Set every param group's `lr` to its `initial_lr` times `multiplier` (e.g. `lr_multiplier(step, ...)`), in place.
     ValueError if a group has no `initial_lr` (groups made by `build_optimizer` have one)."""
     for g in optimizer.param_groups:
-        if "initial_lr" not in g: raise ValueError(f"param group {g.get('name', '')!r} has no 'initial_lr'; use build_optimizer")
+        if "initial_lr" not in g:
+            raise ValueError(f"param group {g.get('name', '')!r} has no 'initial_lr'; use build_optimizer")
         g["lr"] = g["initial_lr"] * multiplier
+
 
 def apply_muon_momentum(optimizer: torch.optim.Optimizer, momentum: float) -> None:
     """Set `momentum` (e.g. `muon_momentum(step)`) on every Muon group of `optimizer` (kind 'muon') in place;
     AdamW groups are left alone. Returns None."""
     for g in optimizer.param_groups:
-        if g.get("kind") == "muon": g["momentum"] = momentum
+        if g.get("kind") == "muon":
+            g["momentum"] = momentum

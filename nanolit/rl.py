@@ -6,7 +6,12 @@ Docs: https://nanolit.github.io/nanolit/rl.html.md"""
 
 # %% ../nbs/13_rl.ipynb #7f308d8c
 from __future__ import annotations
-import json, math, os, random, sys, time
+import json
+import math
+import os
+import random
+import sys
+import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
@@ -28,104 +33,144 @@ __all__ = ['MAX_REWARD', 'main', 'group_advantages', 'reward', 'rollout', 'rl_ba
            'RLConfig', 'heldout_pass_at_k', 'rl', 'write_report', 'report_main']
 
 # %% ../nbs/13_rl.ipynb #31fd80c9
-MAX_REWARD = 1e30    # |reward| above this is invalid (its float32 advantage would overflow)
+MAX_REWARD = 1e30  # |reward| above this is invalid (its float32 advantage would overflow)
 
-def group_advantages(rewards: torch.Tensor | list[list[float | None]], # (G, K): G problems, K samples each; None/NaN/inf = invalid
-                    ) -> torch.Tensor:
+
+def group_advantages(
+    rewards: torch.Tensor | list[list[float | None]],  # (G, K): G problems, K samples each; None/NaN/inf = invalid
+) -> torch.Tensor:
     """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K). An invalid reward (None, NaN, inf, |r| >
     `MAX_REWARD`: a failed judge) gets A = 0 and is left out of its group's mean; a group with fewer than two valid rewards, or all
     equal, gives zeros."""
     if not isinstance(rewards, torch.Tensor):
-        if len({len(g) for g in rewards}) > 1: raise ValueError(f"every group needs the same number of samples, got {[len(g) for g in rewards]}")
+        if len({len(g) for g in rewards}) > 1:
+            raise ValueError(f"every group needs the same number of samples, got {[len(g) for g in rewards]}")
         rewards = torch.tensor([[math.nan if v is None else float(v) for v in g] for g in rewards], dtype=torch.float64)
-    if rewards.ndim != 2: raise ValueError(f"rewards must be (groups, samples), got shape {tuple(rewards.shape)}")
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must be (groups, samples), got shape {tuple(rewards.shape)}")
     r = rewards.double()
-    valid = torch.isfinite(r) & (r.abs() <= MAX_REWARD)        # beyond +-1e30 a float32 advantage is no longer finite
+    valid = torch.isfinite(r) & (r.abs() <= MAX_REWARD)  # beyond +-1e30 a float32 advantage is no longer finite
     mean = torch.where(valid, r, 0.0).sum(1, keepdim=True) / valid.sum(1, keepdim=True).clamp(min=1)
     lo = torch.where(valid, r, math.inf).amin(1, keepdim=True)
     hi = torch.where(valid, r, -math.inf).amax(1, keepdim=True)
-    same = lo == hi                                    # all valid rewards equal: exactly 0, not the mean's rounding
+    same = lo == hi  # all valid rewards equal: exactly 0, not the mean's rounding
     return torch.where(valid & ~same, r - mean, 0.0).float()
 
-_REWARD_ERRORS: set[str] = set()      # messages already printed by `reward` in this process
+
+_REWARD_ERRORS: set[str] = set()  # messages already printed by `reward` in this process
+
 
 def reward(task, conversation: dict, completion: str) -> float:
     """The reward of `completion`: `task.evaluate`'s bool as 1.0/0.0 (GSM8K: the number after `####`), or its number
     as is (a graded judge); NaN (invalid: counted, advantage 0) if the judge raises or returns anything else (None, a
     string, a several-element tensor, NaN, inf). An exception's one-line
     message is printed to stderr the first time it is seen."""
-    try: v = task.evaluate(conversation, completion)
+    try:
+        v = task.evaluate(conversation, completion)
     except Exception as e:
         msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if msg not in _REWARD_ERRORS:
             _REWARD_ERRORS.add(msg)
             print(f"reward failed, counted invalid (advantage 0); shown once: {msg}", file=sys.stderr, flush=True)
         return math.nan
-    if isinstance(v, bool): return float(v)           # the usual judge: correct or not
-    try: x = None if isinstance(v, (str, bytes)) or v is None else float(v)   # a number, numpy scalar, 1-element tensor
-    except (TypeError, ValueError, RuntimeError): x = None                    # a list, a tensor of several elements, ...
-    if x is None or not math.isfinite(x):             # None, a string, NaN, inf: not a reward
+    if isinstance(v, bool):
+        return float(v)  # the usual judge: correct or not
+    try:
+        x = None if isinstance(v, (str, bytes)) or v is None else float(v)  # a number, numpy scalar, 1-element tensor
+    except (TypeError, ValueError, RuntimeError):
+        x = None  # a list, a tensor of several elements, ...
+    if x is None or not math.isfinite(x):  # None, a string, NaN, inf: not a reward
         msg = f"the judge returned {type(v).__name__} {str(v)[:40]!r}, not a bool or a finite number"
         if msg not in _REWARD_ERRORS:
             _REWARD_ERRORS.add(msg)
             print(f"reward invalid, counted (advantage 0); shown once: {msg}", file=sys.stderr, flush=True)
         return math.nan
-    return x                                          # a graded reward (a number) is kept as it is
+    return x  # a graded reward (a number) is kept as it is
 
 # %% ../nbs/13_rl.ipynb #8aecb27f
-def rollout(engine: Engine, prompt: list[int], num_samples: int, max_tokens: int, temperature: float = 1.0,
-            top_k: int | None = None, seed: int = 0) -> list[tuple[list[int], list[int]]]:
+def rollout(
+    engine: Engine,
+    prompt: list[int],
+    num_samples: int,
+    max_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> list[tuple[list[int], list[int]]]:
     "`num_samples` completions of `prompt` as (tokens, sampled mask): stop token kept if sampled; forced tool tokens have mask 0."
     toks, masks = [[] for _ in range(num_samples)], [[] for _ in range(num_samples)]
-    for step_toks, step_mask in engine.generate(prompt, num_samples, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed):
+    for step_toks, step_mask in engine.generate(
+        prompt, num_samples, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed
+    ):
         for i, (t, m) in enumerate(zip(step_toks, step_mask)):
-            if t >= 0: toks[i].append(t); masks[i].append(m)
+            if t >= 0:
+                toks[i].append(t)
+                masks[i].append(m)
     return list(zip(toks, masks))
 
-def rl_batch(prompts: list[list[int]], samples: list[tuple[list[int], list[int]]], advantages: list[float],
-             pad_id: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def rl_batch(
+    prompts: list[list[int]],
+    samples: list[tuple[list[int], list[int]]],
+    advantages: list[float],
+    pad_id: int = 0,
+    device=None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(inputs, targets, advantages) for sequences prompt_i + completion_i, right-padded to the longest: inputs
     int64 (n, L-1), targets int64 (n, L-1) = next token where it is a sampled completion token else -1, advantages float32 (n,)."""
     seqs = [(list(p) + list(t), [0] * len(p) + list(m)) for p, (t, m) in zip(prompts, samples)]
     L = max(len(s) for s, _ in seqs)
-    x = torch.full((len(seqs), L), pad_id, dtype=torch.long); keep = torch.zeros((len(seqs), L), dtype=torch.bool)
+    x = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    keep = torch.zeros((len(seqs), L), dtype=torch.bool)
     for i, (s, m) in enumerate(seqs):
-        x[i, :len(s)] = torch.tensor(s); keep[i, :len(m)] = torch.tensor(m, dtype=torch.bool)
+        x[i, : len(s)] = torch.tensor(s)
+        keep[i, : len(m)] = torch.tensor(m, dtype=torch.bool)
     y = x[:, 1:].masked_fill(~keep[:, 1:], -1)
     return x[:, :-1].to(device), y.to(device), torch.tensor(advantages, dtype=torch.float32, device=device)
 
 # %% ../nbs/13_rl.ipynb #c4c62b24
-def policy_logprobs(model, # a GPT: model(inputs) gives its (n, T, V) logits
-                    inputs: torch.Tensor, # int64 (n, T) token ids
-                    targets: torch.Tensor, # int64 (n, T) sampled next tokens, -1 = not trained
-                    temperature: float = 1.0, # the rollouts' temperature (> 0)
-                    top_k: int | None = None, # the rollouts' top-k (0/None = off)
-                   ) -> torch.Tensor:
+def policy_logprobs(
+    model,  # a GPT: model(inputs) gives its (n, T, V) logits
+    inputs: torch.Tensor,  # int64 (n, T) token ids
+    targets: torch.Tensor,  # int64 (n, T) sampled next tokens, -1 = not trained
+    temperature: float = 1.0,  # the rollouts' temperature (> 0)
+    top_k: int | None = None,  # the rollouts' top-k (0/None = off)
+) -> torch.Tensor:
     """log pi(target) under the sampling distribution, (n, T) fp32, 0 where targets == -1: the model's logits through
     `sampling_logprobs` (the sampler's own function; each target kept in the support), so at the weights that
     sampled it equals the log-probability the sampler drew the token with."""
     logp = sampling_logprobs(model(inputs), temperature, top_k, keep=targets)
     return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(targets == -1, 0.0)
 
+
 def pg_loss(nll: torch.Tensor, targets: torch.Tensor, advantages: torch.Tensor, n_tokens: float) -> torch.Tensor:
     """Sum over sampled tokens (targets != -1) of advantage x nll, divided by `n_tokens`: nll (n, T) float
     (-`policy_logprobs`), targets (n, T), advantages (n,)."""
     return (nll * advantages[:, None] * (targets != -1)).sum() / max(float(n_tokens), 1.0)
 
-def rl_backward(model, batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], group=None,
-                temperature: float = 1.0, top_k: int | None = None) -> tuple[float, int]:
+
+def rl_backward(
+    model,
+    batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    group=None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+) -> tuple[float, int]:
     """Backward of the policy-gradient loss over this rank's micro-`batches` (inputs, targets, advantages) so that after
     `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens, with log-probabilities of
     the rollouts' sampling distribution (`temperature`, `top_k`: the ones they were sampled with). Returns (loss, global N)."""
     world = group_size(group)
     device = batches[0][1].device
     n = torch.tensor(float(sum(int((y != -1).sum()) for _, y, _ in batches)), device=device)
-    if world > 1: dist.all_reduce(n, group=group)
+    if world > 1:
+        dist.all_reduce(n, group=group)
     total = torch.zeros((), device=device)
     for x, y, a in batches:
         loss = pg_loss(-policy_logprobs(model, x, y, temperature, top_k), y, a, n.item() / world)
-        loss.backward(); total += loss.detach()
-    if world > 1: dist.all_reduce(total, group=group)
+        loss.backward()
+        total += loss.detach()
+    if world > 1:
+        dist.all_reduce(total, group=group)
     return total.item() / world, int(n.item())
 
 # %% ../nbs/13_rl.ipynb #56dd6982
@@ -134,72 +179,102 @@ class RLConfig:
     """Every knob of an RL run (fields below, each with its unit in the comment; `python -m nanolit.rl --help` shows
     them). Saved with the checkpoint's meta. Learning rates are the pretraining ones (`05_optim`) times
     `init_lr_frac`; each step uses `prompts_per_step` x `num_samples` rollouts (REINFORCE with a group-mean baseline)."""
-    tag: str = "d4"                  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/rl/<tag>
-    source_stage: str = "sft"        # stage of the starting checkpoint
-    source_tag: str = ""             # tag of the starting checkpoint (default: tag)
-    source_step: int = -1            # step of the starting checkpoint (-1: the last)
-    gsm8k_source: str = "offline"    # offline (pool split from the packaged test set), online (HF train), or a JSONL path
-    num_iterations: int = 20         # optimizer steps
-    prompts_per_step: int = 4        # problems per step (all ranks together)
-    num_samples: int = 8             # K: completions per problem
-    max_new_tokens: int = 128        # most tokens per completion
-    temperature: float = 1.0         # sampling temperature of rollouts and pass@k (> 0: the loss uses its log-probabilities)
-    top_k: int = 50                  # sample among the k most likely tokens (0: all)
-    device_batch_size: int = 8       # sequences per forward/backward micro-batch
-    init_lr_frac: float = 0.05       # learning rates = pretraining defaults x this
-    matrix_lr: float = 0.02          # Muon lr for hidden matrices (before init_lr_frac)
-    embedding_lr: float = 0.2        # AdamW lr for embeddings (before init_lr_frac)
-    unembedding_lr: float = 0.004    # AdamW lr for the lm head (before init_lr_frac)
-    scalar_lr: float = 0.5           # AdamW lr for scalars (before init_lr_frac)
-    warmdown_ratio: float = 1.0      # fraction of steps of the final linear decay to 0
-    eval_every: int = 10             # steps between held-out pass@k evaluations (-1: only at the end)
-    eval_items: int = 50             # held-out problems per evaluation
-    eval_k: int = 4                  # samples per held-out problem (pass@1 and pass@k)
+
+    tag: str = "d4"  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/rl/<tag>
+    source_stage: str = "sft"  # stage of the starting checkpoint
+    source_tag: str = ""  # tag of the starting checkpoint (default: tag)
+    source_step: int = -1  # step of the starting checkpoint (-1: the last)
+    gsm8k_source: str = "offline"  # offline (pool split from the packaged test set), online (HF train), or a JSONL path
+    num_iterations: int = 20  # optimizer steps
+    prompts_per_step: int = 4  # problems per step (all ranks together)
+    num_samples: int = 8  # K: completions per problem
+    max_new_tokens: int = 128  # most tokens per completion
+    temperature: float = 1.0  # sampling temperature of rollouts and pass@k (> 0: the loss uses its log-probabilities)
+    top_k: int = 50  # sample among the k most likely tokens (0: all)
+    device_batch_size: int = 8  # sequences per forward/backward micro-batch
+    init_lr_frac: float = 0.05  # learning rates = pretraining defaults x this
+    matrix_lr: float = 0.02  # Muon lr for hidden matrices (before init_lr_frac)
+    embedding_lr: float = 0.2  # AdamW lr for embeddings (before init_lr_frac)
+    unembedding_lr: float = 0.004  # AdamW lr for the lm head (before init_lr_frac)
+    scalar_lr: float = 0.5  # AdamW lr for scalars (before init_lr_frac)
+    warmdown_ratio: float = 1.0  # fraction of steps of the final linear decay to 0
+    eval_every: int = 10  # steps between held-out pass@k evaluations (-1: only at the end)
+    eval_items: int = 50  # held-out problems per evaluation
+    eval_k: int = 4  # samples per held-out problem (pass@1 and pass@k)
     chat_eval_tasks: str = "identity,gsm8k,spellingbee"  # chat eval at the end ("" : none)
-    chat_eval_items: int = 20        # items per chat-eval task
-    seed: int = 42                   # seeds torch/python RNGs, the problem order and the rollouts
-    log_every: int = 1               # steps between log lines when progress is off
-    tokenizer_dir: str = ""          # default $NANOLIT_BASE_DIR/tokenizer
-    out_dir: str = ""                # default $NANOLIT_BASE_DIR/checkpoints/rl/<tag>
-    progress: bool = True            # tqdm bar on rank 0
+    chat_eval_items: int = 20  # items per chat-eval task
+    seed: int = 42  # seeds torch/python RNGs, the problem order and the rollouts
+    log_every: int = 1  # steps between log lines when progress is off
+    tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
+    out_dir: str = ""  # default $NANOLIT_BASE_DIR/checkpoints/rl/<tag>
+    progress: bool = True  # tqdm bar on rank 0
 
 # %% ../nbs/13_rl.ipynb #537bfbb5
-def heldout_pass_at_k(engine, tokenizer, task, n_items: int, k: int, max_new_tokens: int, temperature: float,
-                      top_k: int | None, seed: int = 1234) -> dict:
+def heldout_pass_at_k(
+    engine,
+    tokenizer,
+    task,
+    n_items: int,
+    k: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int = 1234,
+) -> dict:
     """{'pass@1': accuracy of the first sample, f'pass@{k}': unbiased pass@k (Chen et al. 2021)} over the first
     `n_items` of `task`, `k` samples each at `temperature`/`top_k` through `engine` (rank-split, sums all-reduced).
     The model is put in eval mode for it and restored after."""
-    was = engine.model.training; engine.model.eval()
-    r = run_generative(engine, tokenizer, task, k, max_new_tokens, temperature, top_k, max_items=n_items, k=k, seed=seed)
+    was = engine.model.training
+    engine.model.eval()
+    r = run_generative(
+        engine, tokenizer, task, k, max_new_tokens, temperature, top_k, max_items=n_items, k=k, seed=seed
+    )
     engine.model.train(was)
     return {"pass@1": r["accuracy"], f"pass@{k}": r[f"pass@{k}"]}
+
 
 def rl(cfg: RLConfig) -> dict:
     """On-policy RL per `cfg` from a checkpoint (default the SFT one of the same tag), on this process or every rank
     of a launch. Returns {'history', 'final_eval', 'checkpoint', 'num_steps', 'split', ...}."""
     if not cfg.temperature > 0:
-        raise ValueError(f"RL needs temperature > 0, got {cfg.temperature}: the policy gradient is that of the sampling "
-                         "distribution's log-probabilities, and greedy decoding (0) has none")
-    if cfg.top_k < 0: raise ValueError(f"top_k must be >= 0 (0: all tokens), got {cfg.top_k}")
+        raise ValueError(
+            f"RL needs temperature > 0, got {cfg.temperature}: the policy gradient is that of the sampling "
+            "distribution's log-probabilities, and greedy decoding (0) has none"
+        )
+    if cfg.top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0: all tokens), got {cfg.top_k}")
     info = dist_init()
     device, rank, world = info.device, info.rank, info.world_size
     seed_everything(cfg.seed)
-    model, tok, src_meta = load_model(cfg.source_stage, cfg.source_tag or cfg.tag, None if cfg.source_step < 0 else cfg.source_step, device)
+    model, tok, src_meta = load_model(
+        cfg.source_stage, cfg.source_tag or cfg.tag, None if cfg.source_step < 0 else cfg.source_step, device
+    )
     if cfg.tokenizer_dir:
         from nanolit.tokenizer import get_tokenizer
+
         tok = get_tokenizer(cfg.tokenizer_dir)
     broadcast_parameters(model)
     L = model.config.sequence_len
     pool, held = gsm8k_pool(cfg.gsm8k_source, record=(rank == 0))
-    if not pool: raise ValueError("the GSM8K training pool is empty")
+    if not pool:
+        raise ValueError("the GSM8K training pool is empty")
     train_task, held_task = GSM8K(pool), GSM8K(held)
-    order = list(range(len(train_task))); random.Random(cfg.seed).shuffle(order)
+    order = list(range(len(train_task)))
+    random.Random(cfg.seed).shuffle(order)
     lr = cfg.init_lr_frac
-    optimizer = build_optimizer(model.param_groups(), matrix_lr=cfg.matrix_lr * lr, embedding_lr=cfg.embedding_lr * lr,
-                                unembedding_lr=cfg.unembedding_lr * lr, scalar_lr=cfg.scalar_lr * lr, model_dim=model.config.n_embd)
+    optimizer = build_optimizer(
+        model.param_groups(),
+        matrix_lr=cfg.matrix_lr * lr,
+        embedding_lr=cfg.embedding_lr * lr,
+        unembedding_lr=cfg.unembedding_lr * lr,
+        scalar_lr=cfg.scalar_lr * lr,
+        model_dim=model.config.n_embd,
+    )
     engine, top_k = Engine(model, tok), (cfg.top_k or None)
-    print0(f"RL from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: pool {len(pool)}, held-out {len(held)} | "
-           f"{cfg.prompts_per_step} problems x {cfg.num_samples} samples per step, {cfg.num_iterations} steps, world {world}")
+    print0(
+        f"RL from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: pool {len(pool)}, held-out {len(held)} | "
+        f"{cfg.prompts_per_step} problems x {cfg.num_samples} samples per step, {cfg.num_iterations} steps, world {world}"
+    )
     history = dict(train=[], val=[])
     ckpt_dir = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir("rl", cfg.tag)
     bar = tqdm(total=cfg.num_iterations, disable=(rank != 0 or not cfg.progress), desc="rl", dynamic_ncols=True)
@@ -207,161 +282,302 @@ def rl(cfg: RLConfig) -> dict:
     for step in range(cfg.num_iterations + 1):
         last = step == cfg.num_iterations
         if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or last:
-            ev = heldout_pass_at_k(engine, tok, held_task, cfg.eval_items, cfg.eval_k, cfg.max_new_tokens, cfg.temperature, top_k)
+            ev = heldout_pass_at_k(
+                engine, tok, held_task, cfg.eval_items, cfg.eval_k, cfg.max_new_tokens, cfg.temperature, top_k
+            )
             history["val"].append(dict(step=step, **ev))
-            bar.write(f"step {step:4d} | held-out " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items())) if rank == 0 else None
-        if last: break
+            bar.write(
+                f"step {step:4d} | held-out " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items())
+            ) if rank == 0 else None
+        if last:
+            break
         t0 = time.perf_counter()
         # 1. schedule
-        lrm = lr_multiplier(step, cfg.num_iterations, 0, cfg.warmdown_ratio, 0.0); apply_lr(optimizer, lrm)
+        lrm = lr_multiplier(step, cfg.num_iterations, 0, cfg.warmdown_ratio, 0.0)
+        apply_lr(optimizer, lrm)
         # 2. rollouts: this rank's problems, K samples each, with the current policy
         model.eval()
         prompts, samples, rewards = [], [], []
         for j in range(cfg.prompts_per_step):
             idx = order[(cursor + j) % len(order)]
-            if j % world != rank: continue
+            if j % world != rank:
+                continue
             conv = train_task[idx]
             prompt = tok.render_for_completion(conv)
-            if len(prompt) > L - 8: prompt = prompt[-(L - 8):]        # leave room to answer
-            outs = rollout(engine, prompt, cfg.num_samples, min(cfg.max_new_tokens, L - len(prompt)), cfg.temperature,
-                           top_k, seed=cfg.seed + 100_003 * step + idx)
+            if len(prompt) > L - 8:
+                prompt = prompt[-(L - 8) :]  # leave room to answer
+            outs = rollout(
+                engine,
+                prompt,
+                cfg.num_samples,
+                min(cfg.max_new_tokens, L - len(prompt)),
+                cfg.temperature,
+                top_k,
+                seed=cfg.seed + 100_003 * step + idx,
+            )
             rs = [reward(train_task, conv, tok.decode([t for t in o if t not in engine.stop_tokens])) for o, _ in outs]
-            prompts += [prompt] * len(outs); samples += outs; rewards.append(rs)
+            prompts += [prompt] * len(outs)
+            samples += outs
+            rewards.append(rs)
         cursor += cfg.prompts_per_step
         model.train()
         # 3. advantages against each group's mean
         # (an invalid reward, NaN from a failed judge, gets advantage 0 and is left out of the mean reward; counted)
         adv = group_advantages(rewards).flatten().tolist() if rewards else []
         valid = [r for rs in rewards for r in rs if math.isfinite(r)]
-        stats = torch.tensor([sum(valid), len(valid), sum(map(len, rewards)) - len(valid), sum(abs(a) for a in adv)], dtype=torch.float64)
-        if world > 1: stats = stats.to(device); dist.all_reduce(stats); stats = stats.cpu()
+        stats = torch.tensor(
+            [sum(valid), len(valid), sum(map(len, rewards)) - len(valid), sum(abs(a) for a in adv)], dtype=torch.float64
+        )
+        if world > 1:
+            stats = stats.to(device)
+            dist.all_reduce(stats)
+            stats = stats.cpu()
         mean_reward = (stats[0] / stats[1]).item() if stats[1] > 0 else math.nan
         n_invalid, signal = int(stats[2].item()), stats[3].item() > 0
         # 4. backward over micro-batches of sequences (token-level normalisation over the step), 5. sync + step
-        batches = [rl_batch(prompts[i:i + cfg.device_batch_size], samples[i:i + cfg.device_batch_size],
-                            adv[i:i + cfg.device_batch_size], tok.bos_token_id, device)
-                   for i in range(0, len(samples), cfg.device_batch_size)]
-        loss, n_tok = (rl_backward(model, batches, temperature=cfg.temperature, top_k=top_k) if signal else (0.0, 0))
+        batches = [
+            rl_batch(
+                prompts[i : i + cfg.device_batch_size],
+                samples[i : i + cfg.device_batch_size],
+                adv[i : i + cfg.device_batch_size],
+                tok.bos_token_id,
+                device,
+            )
+            for i in range(0, len(samples), cfg.device_batch_size)
+        ]
+        loss, n_tok = rl_backward(model, batches, temperature=cfg.temperature, top_k=top_k) if signal else (0.0, 0)
         if signal:
             allreduce_gradients(model.parameters())
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
-        history["train"].append(dict(step=step, loss=loss, reward=mean_reward, invalid_rewards=n_invalid, tokens=n_tok,
-                                     updated=signal, lr_mult=lrm, dt=dt))
-        bar.update(1); bar.set_postfix(reward=f"{mean_reward:.3f}", tokens=n_tok, invalid=n_invalid)
+        history["train"].append(
+            dict(
+                step=step,
+                loss=loss,
+                reward=mean_reward,
+                invalid_rewards=n_invalid,
+                tokens=n_tok,
+                updated=signal,
+                lr_mult=lrm,
+                dt=dt,
+            )
+        )
+        bar.update(1)
+        bar.set_postfix(reward=f"{mean_reward:.3f}", tokens=n_tok, invalid=n_invalid)
         if rank == 0 and not cfg.progress and step % cfg.log_every == 0:
-            print(f"step {step:4d}/{cfg.num_iterations} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | "
-                  f"{n_tok} sampled tokens | {n_invalid} invalid rewards | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s")
+            print(
+                f"step {step:4d}/{cfg.num_iterations} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | "
+                f"{n_tok} sampled tokens | {n_invalid} invalid rewards | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s"
+            )
     bar.close()
-    lineage = lineage_meta(cfg, src_meta)             # what this model's lineage trained on: excluded from its chat eval
-    rows = chat_eval(model, tok, chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]),
-                     cfg.chat_eval_items) if cfg.chat_eval_tasks else []
-    if rows: print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
-    result = dict(history=history, final_eval=history["val"][-1], chat_eval=rows, num_steps=cfg.num_iterations,
-                  checkpoint=str(ckpt_dir), seconds=time.time() - t_start, n_pool=len(pool), n_heldout=len(held))
+    lineage = lineage_meta(cfg, src_meta)  # what this model's lineage trained on: excluded from its chat eval
+    rows = (
+        chat_eval(
+            model,
+            tok,
+            chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]),
+            cfg.chat_eval_items,
+        )
+        if cfg.chat_eval_tasks
+        else []
+    )
+    if rows:
+        print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
+    result = dict(
+        history=history,
+        final_eval=history["val"][-1],
+        chat_eval=rows,
+        num_steps=cfg.num_iterations,
+        checkpoint=str(ckpt_dir),
+        seconds=time.time() - t_start,
+        n_pool=len(pool),
+        n_heldout=len(held),
+    )
     if rank == 0:
-        meta = dict(config=asdict(cfg), model_config=src_meta["model_config"], history=history, chat_eval=rows,
-                    **lineage, world_size=world)
+        meta = dict(
+            config=asdict(cfg),
+            model_config=src_meta["model_config"],
+            history=history,
+            chat_eval=rows,
+            **lineage,
+            world_size=world,
+        )
         save_checkpoint(ckpt_dir, cfg.num_iterations, model.state_dict(), None, meta, keep_last=1)
-        h = dict(train=[dict(step=t["step"], loss=t["reward"]) for t in history["train"]],
-                 val=[dict(step=v["step"], loss=v["pass@1"]) for v in history["val"]])
+        h = dict(
+            train=[dict(step=t["step"], loss=t["reward"]) for t in history["train"]],
+            val=[dict(step=v["step"], loss=v["pass@1"]) for v in history["val"]],
+        )
         _save_curves(h, ckpt_dir / "reward.png", "RL mean reward / held-out pass@1")
-        (ckpt_dir / "rl_result.json").write_text(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1))
-        print0(f"done: {cfg.num_iterations} steps in {result['seconds']:.0f} s | held-out {history['val'][-1]} | checkpoint {ckpt_dir}")
-    if world > 1: dist.barrier()                   # every rank returns once the checkpoint exists
+        (ckpt_dir / "rl_result.json").write_text(
+            json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1)
+        )
+        print0(
+            f"done: {cfg.num_iterations} steps in {result['seconds']:.0f} s | held-out {history['val'][-1]} | checkpoint {ckpt_dir}"
+        )
+    if world > 1:
+        dist.barrier()  # every rank returns once the checkpoint exists
     return result
 
-main = cli_from_dataclass(RLConfig, rl, cleanup=dist_cleanup, doc="On-policy RL of a nanolit chat model on GSM8K-style problems (one process, or every rank under torchrun).")
+
+main = cli_from_dataclass(
+    RLConfig,
+    rl,
+    cleanup=dist_cleanup,
+    doc="On-policy RL of a nanolit chat model on GSM8K-style problems (one process, or every rank under torchrun).",
+)
 
 # %% ../nbs/13_rl.ipynb #0dfe04c6
-if __name__ == "__main__": main()
+if __name__ == "__main__":
+    main()
 
 # %% ../nbs/13_rl.ipynb #4282c748
 def _md_table(rows: list[dict]) -> list[str]:
-    if not rows: return ["(none)"]
+    if not rows:
+        return ["(none)"]
     keys = list(rows[0])
     fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else str(v)
-    return ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)] + ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
+    return ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)] + [
+        "| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows
+    ]
+
 
 def write_report(tag: str, base_tag: str | None = None, extra: dict | None = None) -> Path:
     """Write `$NANOLIT_BASE_DIR/report/<tag>.md` (and copy the stages' plots next to it) from the base checkpoint
     `base_tag` (default `tag`) and the sft/rl checkpoints and chat-eval tables of `tag`; stages not run are noted.
     `extra`: {section title: markdown text} appended (e.g. the final chat answer). Returns the path."""
-    import platform, shutil, sys
+    import platform
+    import shutil
+    import sys
     from nanolit.core import get_base_dir, git_commit
     from nanolit.checkpoint import load_checkpoint, list_checkpoints
-    base = get_base_dir(); out = base / "report"; out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# nanolit run report: {tag}", "", f"- python {platform.python_version()}, torch {torch.__version__}, "
-             f"git {git_commit()}, {platform.machine()} ({os.cpu_count()} cpus)", ""]
+
+    base = get_base_dir()
+    out = base / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# nanolit run report: {tag}",
+        "",
+        f"- python {platform.python_version()}, torch {torch.__version__}, "
+        f"git {git_commit()}, {platform.machine()} ({os.cpu_count()} cpus)",
+        "",
+    ]
+
     def meta_of(stage, t):
         d = checkpoint_dir(stage, t)
-        if not (d.is_dir() and list_checkpoints(d)): return None, d
+        if not (d.is_dir() and list_checkpoints(d)):
+            return None, d
         return json.loads((d / f"step_{list_checkpoints(d)[-1]:06d}" / "meta.json").read_text()), d
+
     def plot(d, name, title):
         if (d / name).exists():
-            shutil.copy(d / name, out / f"{tag}_{d.parent.name}_{name}"); lines.extend([f"![{title}]({tag}_{d.parent.name}_{name})", ""])
+            shutil.copy(d / name, out / f"{tag}_{d.parent.name}_{name}")
+            lines.extend([f"![{title}]({tag}_{d.parent.name}_{name})", ""])
+
     # base
     bmeta, bd = meta_of("base", base_tag or tag)
     lines += ["## 1. Base pretraining", ""]
-    if bmeta is None: lines += [f"not found in {bd}", ""]
+    if bmeta is None:
+        lines += [f"not found in {bd}", ""]
     else:
         r = json.loads((bd / "train_result.json").read_text()) if (bd / "train_result.json").exists() else {}
-        lines += [f"- {r.get('n_params', '?'):,} parameters, {r.get('num_steps', '?')} steps of {r.get('tokens_per_step', '?')} tokens" if r else "",
-                  f"- final val bits per byte **{r['final_val_bpb']:.4f}**"
-                  + (f" (exact-once: every token of the whole val split, {r['val_exact']['docs']:,} documents, "
-                     f"{r['val_exact']['bytes']:,} bytes)" if r.get("val_exact") else "")
-                  + (f" (unigram baselines on the same val split: bytes "
-                  f"{r['unigram_byte_bpb']:.4f}, tokens {r['unigram_token_bpb']:.4f})" if "unigram_byte_bpb" in r else "")
-                  + (f"; {r['tok_per_s']:,.0f} tok/s" if r.get("tok_per_s") else "") if "final_val_bpb" in r else "", ""]
+        lines += [
+            f"- {r.get('n_params', '?'):,} parameters, {r.get('num_steps', '?')} steps of {r.get('tokens_per_step', '?')} tokens"
+            if r
+            else "",
+            f"- final val bits per byte **{r['final_val_bpb']:.4f}**"
+            + (
+                f" (exact-once: every token of the whole val split, {r['val_exact']['docs']:,} documents, "
+                f"{r['val_exact']['bytes']:,} bytes)"
+                if r.get("val_exact")
+                else ""
+            )
+            + (
+                f" (unigram baselines on the same val split: bytes "
+                f"{r['unigram_byte_bpb']:.4f}, tokens {r['unigram_token_bpb']:.4f})"
+                if "unigram_byte_bpb" in r
+                else ""
+            )
+            + (f"; {r['tok_per_s']:,.0f} tok/s" if r.get("tok_per_s") else "")
+            if "final_val_bpb" in r
+            else "",
+            "",
+        ]
         plot(bd, "loss.png", "base loss")
         lines += ["config: `" + json.dumps(bmeta.get("config", {})) + "`", ""]
     # sft
     smeta, sd = meta_of("sft", tag)
     lines += ["## 2. Supervised fine-tuning", ""]
-    if smeta is None: lines += [f"not found in {sd}", ""]
+    if smeta is None:
+        lines += [f"not found in {sd}", ""]
     else:
         h = smeta.get("history", {})
-        lines += ["mixture (train/val conversations): " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in smeta.get("counts", {}).items()), ""]
-        if h.get("train"): lines += [f"- {len(h['train'])} steps; train loss {h['train'][0]['loss']:.4f} -> {h['train'][-1]['loss']:.4f} (nats per trained token)"]
-        if h.get("val"): lines += [f"- val loss {h['val'][0]['loss']:.4f} -> {h['val'][-1]['loss']:.4f}"]
+        lines += [
+            "mixture (train/val conversations): "
+            + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in smeta.get("counts", {}).items()),
+            "",
+        ]
+        if h.get("train"):
+            lines += [
+                f"- {len(h['train'])} steps; train loss {h['train'][0]['loss']:.4f} -> {h['train'][-1]['loss']:.4f} (nats per trained token)"
+            ]
+        if h.get("val"):
+            lines += [f"- val loss {h['val'][0]['loss']:.4f} -> {h['val'][-1]['loss']:.4f}"]
         lines += ["", "chat eval at the end of SFT (greedy):", ""] + _md_table(smeta.get("chat_eval", [])) + [""]
         plot(sd, "loss.png", "SFT loss")
-        if smeta.get("gsm8k_split"): lines += ["GSM8K split: `" + json.dumps(smeta["gsm8k_split"]) + "`", ""]
+        if smeta.get("gsm8k_split"):
+            lines += ["GSM8K split: `" + json.dumps(smeta["gsm8k_split"]) + "`", ""]
         lines += ["config: `" + json.dumps(smeta.get("config", {})) + "`", ""]
     # rl
     rmeta, rd = meta_of("rl", tag)
     lines += ["## 3. RL on GSM8K", ""]
-    if rmeta is None: lines += [f"not found in {rd}", ""]
+    if rmeta is None:
+        lines += [f"not found in {rd}", ""]
     else:
         h = rmeta.get("history", {})
         lines += ["held-out pass@k over training:", ""] + _md_table(h.get("val", [])) + [""]
         if h.get("train"):
-            lines += [f"- {len(h['train'])} steps, mean reward per step: " + ", ".join(f"{t['reward']:.2f}" for t in h["train"]),
-                      f"- steps with a learning signal (some group not all-equal): {sum(t['updated'] for t in h['train'])}",
-                      f"- invalid rewards (the judge failed: left out, advantage 0): {sum(t.get('invalid_rewards', 0) for t in h['train'])}", ""]
+            lines += [
+                f"- {len(h['train'])} steps, mean reward per step: "
+                + ", ".join(f"{t['reward']:.2f}" for t in h["train"]),
+                f"- steps with a learning signal (some group not all-equal): {sum(t['updated'] for t in h['train'])}",
+                f"- invalid rewards (the judge failed: left out, advantage 0): {sum(t.get('invalid_rewards', 0) for t in h['train'])}",
+                "",
+            ]
         lines += ["chat eval at the end of RL (greedy):", ""] + _md_table(rmeta.get("chat_eval", [])) + [""]
         plot(rd, "reward.png", "RL reward")
         lines += ["config: `" + json.dumps(rmeta.get("config", {})) + "`", ""]
     # chat eval tables written by `python -m nanolit.eval chat`
-    lines += ["## 4. Chat evaluation (`python -m nanolit.eval chat`)", "",
-              "Items that any checkpoint of this model's lineage trained on (its meta's `trained_on`: the SFT mixture's "
-              "GSM8K pool, MMLU dev items and SpellingBee words, and RL's GSM8K pool) are excluded before scoring; each "
-              "row says how many items were scored (`n_scored`) and excluded (`n_excluded`), and how failures split by kind.", ""]
+    lines += [
+        "## 4. Chat evaluation (`python -m nanolit.eval chat`)",
+        "",
+        "Items that any checkpoint of this model's lineage trained on (its meta's `trained_on`: the SFT mixture's "
+        "GSM8K pool, MMLU dev items and SpellingBee words, and RL's GSM8K pool) are excluded before scoring; each "
+        "row says how many items were scored (`n_scored`) and excluded (`n_excluded`), and how failures split by kind.",
+        "",
+    ]
     tables = sorted((base / "eval").glob(f"*_{tag}_chat.md")) if (base / "eval").is_dir() else []
-    for t in tables: lines += [l.replace("# ", "### ", 1) if l.startswith("# ") else l for l in t.read_text().splitlines()] + [""]
-    if not tables: lines += ["(none found)", ""]
-    for title, text in (extra or {}).items(): lines += [f"## {title}", "", text, ""]
-    path = out / f"{tag}.md"; path.write_text("\n".join(l for l in lines if l is not None) + "\n")
+    for t in tables:
+        lines += [l.replace("# ", "### ", 1) if l.startswith("# ") else l for l in t.read_text().splitlines()] + [""]
+    if not tables:
+        lines += ["(none found)", ""]
+    for title, text in (extra or {}).items():
+        lines += [f"## {title}", "", text, ""]
+    path = out / f"{tag}.md"
+    path.write_text("\n".join(l for l in lines if l is not None) + "\n")
     return path
+
 
 def report_main(argv=None):
     "`python -c 'from nanolit.rl import report_main; report_main()' TAG [BASE_TAG] [ANSWER_FILE]`: write the run report."
     import sys
+
     a = list(sys.argv[1:] if argv is None else argv)
-    if not a: raise SystemExit("usage: report TAG [BASE_TAG] [ANSWER_FILE]")
+    if not a:
+        raise SystemExit("usage: report TAG [BASE_TAG] [ANSWER_FILE]")
     extra = {}
-    if len(a) > 2 and Path(a[2]).exists(): extra["Final one-shot chat answer"] = "```\n" + Path(a[2]).read_text().strip() + "\n```"
+    if len(a) > 2 and Path(a[2]).exists():
+        extra["Final one-shot chat answer"] = "```\n" + Path(a[2]).read_text().strip() + "\n```"
     p = write_report(a[0], a[1] if len(a) > 1 else None, extra)
     print(f"report: {p}")
     return p

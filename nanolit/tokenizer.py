@@ -6,7 +6,15 @@ Docs: https://nanolit.github.io/nanolit/tokenizer.html.md"""
 
 # %% ../nbs/01_tokenizer.ipynb #fc9e135a
 from __future__ import annotations
-import array, base64, functools, hashlib, itertools, json, os, time, tempfile
+import array
+import base64
+import functools
+import hashlib
+import itertools
+import json
+import os
+import time
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -26,14 +34,24 @@ __all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'split_text', 'engine
            'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'main']
 
 # %% ../nbs/01_tokenizer.ipynb #4757933c
-SPLIT_PATTERN = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
+SPLIT_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
+)
 "GPT-4 (cl100k_base) split pattern from tiktoken, with numbers in groups of 1-2 digits instead of 1-3."
 
-SPECIAL_TOKENS = ["<|bos|>",  # begins every document; the model's "start of text"
-                  "<|user_start|>", "<|user_end|>", "<|assistant_start|>", "<|assistant_end|>",  # chat turns
-                  "<|python_start|>", "<|python_end|>",   # the assistant calls the python tool
-                  "<|output_start|>", "<|output_end|>"]   # the tool's output, fed back to the model
+SPECIAL_TOKENS = [
+    "<|bos|>",  # begins every document; the model's "start of text"
+    "<|user_start|>",
+    "<|user_end|>",
+    "<|assistant_start|>",
+    "<|assistant_end|>",  # chat turns
+    "<|python_start|>",
+    "<|python_end|>",  # the assistant calls the python tool
+    "<|output_start|>",
+    "<|output_end|>",
+]  # the tool's output, fed back to the model
 "The special tokens, appended after the learned vocabulary. They never come out of encoding ordinary text."
+
 
 def split_text(text: str, pattern: str = SPLIT_PATTERN) -> list[str]:
     """The chunks of `text` (list of str, joining to `text`) under the split `pattern` (`regex` module semantics);
@@ -46,14 +64,18 @@ MAX_PIECE = 2**17
 
 _CUT_PATTERNS = (SPLIT_PATTERN, SPLIT_PATTERN.replace(r"\p{N}{1,2}", r"\p{N}{1,3}"))  # cl100k's: the same cut places
 
+
 def _ranges(cps: list[int]) -> str:
     "A `regex` character-class body for the sorted code points `cps`, as ranges `\\Uxxxxxxxx-\\Uyyyyyyyy`."
     out, i = [], 0
     while i < len(cps):
         j = i
-        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1: j += 1
-        out.append(f"\\U{cps[i]:08x}" + (f"-\\U{cps[j]:08x}" if j > i else "")); i = j + 1
+        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1:
+            j += 1
+        out.append(f"\\U{cps[i]:08x}" + (f"-\\U{cps[j]:08x}" if j > i else ""))
+        i = j + 1
     return "".join(out)
+
 
 @functools.cache
 def engine_classes() -> dict[str, str]:
@@ -62,56 +84,68 @@ def engine_classes() -> dict[str, str]:
     `regex` module's class, less what tiktoken's lacks, plus what only tiktoken's has."""
     every = array.array("I", itertools.chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
     out = {}
-    for name in ("L", "N"):   # a pattern that matches one class: tiktoken skips every other character
-        enc = tiktoken.Encoding("probe", pat_str=rf"\p{{{name}}}+", mergeable_ranks={bytes([i]): i for i in range(256)}, special_tokens={})
+    for name in ("L", "N"):  # a pattern that matches one class: tiktoken skips every other character
+        enc = tiktoken.Encoding(
+            "probe", pat_str=rf"\p{{{name}}}+", mergeable_ranks={bytes([i]): i for i in range(256)}, special_tokens={}
+        )
         ours, theirs = set(regex.findall(rf"\p{{{name}}}", every)), set(enc.decode(enc.encode_ordinary(every)))
         cls = rf"\p{{{name}}}--[{_ranges(sorted(map(ord, ours - theirs)))}]" if ours - theirs else rf"\p{{{name}}}"
         out[name] = f"[[{cls}]{_ranges(sorted(map(ord, theirs - ours)))}]" if theirs - ours else f"[{cls}]"
     return out
 
+
 @functools.cache
 def _cut_regex():
     """Zero-width matches at the places where SPLIT_PATTERN always cuts, whatever follows (rules A-G above), searched
     right to left. A reverse search tests each rule's assertions last to first, so the cheap look-behind is last."""
-    L, N, W = engine_classes()["L"], engine_classes()["N"], r"[^\S\r\n]"   # W: whitespace other than a newline
-    y = r"(?=(?s:.))"                                                     # there is a next character
-    rules = [rf"(?={W})(?<=\S)",                      # A: non-space | space
-             rf"(?!{L}){y}(?<={L})",                   # B: letter | non-letter
-             rf"(?!{N}){y}(?<={N})",                   # C: digit | non-digit
-             rf"(?={N})(?<!{L})(?<!{N})(?<=\S)",       # D: punctuation | digit
-             r"(?=\S)(?<=[\r\n])",                     # E: newline | non-space
-             rf"(?={W}+\S)(?<=[\r\n])",                # F: last newline of a whitespace run | the rest of the run, then non-space
-             rf"(?={W}\S)(?<={W})"]                    # G: whitespace | the run's last whitespace, then non-space
+    L, N, W = engine_classes()["L"], engine_classes()["N"], r"[^\S\r\n]"  # W: whitespace other than a newline
+    y = r"(?=(?s:.))"  # there is a next character
+    rules = [
+        rf"(?={W})(?<=\S)",  # A: non-space | space
+        rf"(?!{L}){y}(?<={L})",  # B: letter | non-letter
+        rf"(?!{N}){y}(?<={N})",  # C: digit | non-digit
+        rf"(?={N})(?<!{L})(?<!{N})(?<=\S)",  # D: punctuation | digit
+        r"(?=\S)(?<=[\r\n])",  # E: newline | non-space
+        rf"(?={W}+\S)(?<=[\r\n])",  # F: last newline of a whitespace run | the rest of the run, then non-space
+        rf"(?={W}\S)(?<={W})",
+    ]  # G: whitespace | the run's last whitespace, then non-space
     return regex.compile("|".join(rules), regex.REVERSE | regex.V1)
 
-_RUN = regex.compile(r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+", regex.REVERSE)   # a run of one class, ending where matched
+
+_RUN = regex.compile(r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+", regex.REVERSE)  # a run of one class, ending where matched
+
 
 def _last_cut(text: str, p: int, e: int, near: int = 256) -> int | None:
     """The rightmost place in (p, e] found where SPLIT_PATTERN always cuts, or None. The rules are tested `near`
     characters at a time, right to left; a longer run of one class is jumped over (inside it there is no such place,
     or one the search may miss: a missed place only makes a piece shorter). So the cost is linear in e - p."""
     cut, hi = _cut_regex(), e
-    while hi > p:   # find the rightmost place in (lo, hi]
+    while hi > p:  # find the rightmost place in (lo, hi]
         lo = max(p, hi - near)
-        m = cut.search(text, lo, min(len(text), hi + 2, e + 1))   # look-ahead up to 2 past hi (rules F, G), never past e
-        if m: return m.start()   # > lo: every rule looks behind, and nothing is visible before lo
-        rs = _RUN.match(text, p, lo + 1).start()   # text[rs:lo + 1]: the run of one class through lo
-        hi = rs + 1 if rs + 1 < lo else lo          # its inside holds no place: jump to its start
+        m = cut.search(text, lo, min(len(text), hi + 2, e + 1))  # look-ahead up to 2 past hi (rules F, G), never past e
+        if m:
+            return m.start()  # > lo: every rule looks behind, and nothing is visible before lo
+        rs = _RUN.match(text, p, lo + 1).start()  # text[rs:lo + 1]: the run of one class through lo
+        hi = rs + 1 if rs + 1 < lo else lo  # its inside holds no place: jump to its start
     return None
+
 
 @functools.cache
 def _digit_run():
     "A run of digits (tiktoken's \\p{N}) ending where matched: searched right to left."
     return regex.compile(engine_classes()["N"] + "+", regex.REVERSE | regex.V1)
 
+
 def _digit_group_cut(text: str, p: int, i: int, group: int) -> int | None:
     """A cut at or left of `i`, in (p, i], on a digit-group boundary if text[i-1] and text[i] are digits of one run,
     else None. A digit is only ever taken by the `\\p{N}{1,g}` alternative, so a run's groups of `group` digits are
     counted from its first digit (or from `p`, an earlier cut on such a boundary): cutting between groups is exact."""
     m = _digit_run().match(text, p, i + 1) if i < len(text) else None
-    if m is None or m.end() != i + 1 or m.start() >= i: return None   # text[i-1:i+1] is not two digits of a run
+    if m is None or m.end() != i + 1 or m.start() >= i:
+        return None  # text[i-1:i+1] is not two digits of a run
     j = i - (i - m.start()) % group
     return j if j > p else None
+
 
 def cut_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTERN) -> tuple[list[str], int]:
     """Cut `text` into pieces of at most `max_chars` characters that join to `text`; returns (pieces, number of forced cuts).
@@ -119,28 +153,36 @@ def cut_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTE
     whatever follows, so the pieces' chunks are the whole text's; where there is none within `max_chars` (one chunk
     that long: a million spaces, a megabyte word) the cut is forced at `max_chars`. Other patterns: every cut is forced.
     Time linear in len(text)."""
-    if not isinstance(text, str): raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if not isinstance(max_chars, int) or max_chars < 2: raise ValueError(f"max_chars must be an int >= 2, got {max_chars!r}")
-    if len(text) <= max_chars: return [text], 0
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not isinstance(max_chars, int) or max_chars < 2:
+        raise ValueError(f"max_chars must be an int >= 2, got {max_chars!r}")
+    if len(text) <= max_chars:
+        return [text], 0
     rules = pattern in _CUT_PATTERNS
     pieces, p, forced = [], 0, 0
     while len(text) - p > max_chars:
         i = _last_cut(text, p, p + max_chars) if rules else None
-        if i is None and rules:   # inside a run of digits longer than a piece: cut between two of its digit groups
+        if i is None and rules:  # inside a run of digits longer than a piece: cut between two of its digit groups
             i = _digit_group_cut(text, p, p + max_chars, 2 if pattern == SPLIT_PATTERN else 3)
         if i is None:
             i, forced = p + max_chars, forced + 1
-            if "\ud800" <= text[i - 1] <= "\udbff": i -= 1   # keep a surrogate pair whole (tiktoken reads it as one character)
-        pieces.append(text[p:i]); p = i
+            if "\ud800" <= text[i - 1] <= "\udbff":
+                i -= 1  # keep a surrogate pair whole (tiktoken reads it as one character)
+        pieces.append(text[p:i])
+        p = i
     pieces.append(text[p:])
     return pieces, forced
 
+
 _SURROGATE = regex.compile(r"[\ud800-\udfff]")
+
 
 def scalar_text(text: str) -> str:
     """`text` with surrogate code points (not text: UTF-8 can't hold them) resolved as tiktoken resolves them: a
     high-low pair becomes the character it encodes in UTF-16, a lone one U+FFFD. Other text is returned as is."""
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
+
 
 def split_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTERN) -> list[str]:
     "The pieces of `cut_pieces` (list of str joining to `text`, each at most `max_chars` characters)."
@@ -151,36 +193,49 @@ def get_pair_counts(words: dict[tuple[int, ...], int]) -> Counter:
     "Count adjacent pairs (overlapping) over `words` = {token-id tuple: how often it occurs}; returns Counter{(a, b): n}."
     counts = Counter()
     for w, c in words.items():
-        for pair in zip(w, w[1:]): counts[pair] += c
+        for pair in zip(w, w[1:]):
+            counts[pair] += c
     return counts
+
 
 def merge_pair(ids: Iterable[int], pair: tuple[int, int], new_id: int) -> list[int]:
     "A new list: `ids` with non-overlapping occurrences of `pair` (scanning left to right) replaced by `new_id` (Gage 1994)."
     ids, out, i = list(ids), [], 0
     while i < len(ids):
-        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]: out.append(new_id); i += 2
-        else: out.append(ids[i]); i += 1
+        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
     return out
 
-def train_bpe_naive(text_or_texts: str | Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN) -> dict[tuple[int, int], int]:
+
+def train_bpe_naive(
+    text_or_texts: str | Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN
+) -> dict[tuple[int, int], int]:
     """Train byte-level BPE the slow, obvious way; returns the merges {(a, b): new id} in the order learned (ids 256, 257, ...).
 
     Each step recounts every pair (`get_pair_counts`), takes the most frequent, ties to the smallest pair (rustbpe's
     rule), and rewrites all chunks. Stops early if no pair is left. `vocab_size` counts the 256 byte tokens."""
-    if vocab_size < 256: raise ValueError(f"vocab_size must be at least 256 (the byte tokens), got {vocab_size}")
+    if vocab_size < 256:
+        raise ValueError(f"vocab_size must be at least 256 (the byte tokens), got {vocab_size}")
     texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
     chunks = Counter(ch for t in texts for ch in split_text(t, pattern))
     words = Counter()
-    for ch, c in chunks.items(): words[tuple(ch.encode("utf-8"))] += c
+    for ch, c in chunks.items():
+        words[tuple(ch.encode("utf-8"))] += c
     merges = {}
     for new_id in range(256, vocab_size):
         counts = get_pair_counts(words)
-        if not counts: break
-        best = min(counts, key=lambda p: (-counts[p], p))   # highest count, then smallest pair
+        if not counts:
+            break
+        best = min(counts, key=lambda p: (-counts[p], p))  # highest count, then smallest pair
         merges[best] = new_id
         nxt = Counter()
         for w, c in words.items():
-            if len(w) > 1: nxt[tuple(merge_pair(w, best, new_id))] += c  # single tokens can't merge any more: drop
+            if len(w) > 1:
+                nxt[tuple(merge_pair(w, best, new_id))] += c  # single tokens can't merge any more: drop
         words = nxt
     return merges
 
@@ -188,8 +243,10 @@ def train_bpe_naive(text_or_texts: str | Iterable[str], vocab_size: int, pattern
 def vocab_from_merges(merges: dict[tuple[int, int], int]) -> dict[int, bytes]:
     "{token id: the bytes it stands for}: ids 0..255 single bytes, then each merge's two parts concatenated (len 256 + len(merges))."
     vocab = {i: bytes([i]) for i in range(256)}
-    for (a, b), new_id in sorted(merges.items(), key=lambda kv: kv[1]): vocab[new_id] = vocab[a] + vocab[b]
+    for (a, b), new_id in sorted(merges.items(), key=lambda kv: kv[1]):
+        vocab[new_id] = vocab[a] + vocab[b]
     return vocab
+
 
 def encode_naive(text: str, merges: dict[tuple[int, int], int], pattern: str = SPLIT_PATTERN) -> list[int]:
     """Encode `text` (str) to a list of int ids with learned `merges` (from `train_bpe_naive`): per chunk of `split_text`,
@@ -199,10 +256,12 @@ def encode_naive(text: str, merges: dict[tuple[int, int], int], pattern: str = S
         ids = list(ch.encode("utf-8"))
         while len(ids) > 1:
             pair = min(zip(ids, ids[1:]), key=lambda p: merges.get(p, float("inf")))
-            if pair not in merges: break
+            if pair not in merges:
+                break
             ids = merge_pair(ids, pair, merges[pair])
         out += ids
     return out
+
 
 def decode_naive(ids: list[int], merges: dict[tuple[int, int], int]) -> str:
     "Ids -> str: bytes of every token joined, then UTF-8 decoded (invalid sequences become U+FFFD). KeyError for an unknown id."
@@ -210,17 +269,22 @@ def decode_naive(ids: list[int], merges: dict[tuple[int, int], int]) -> str:
     return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
 
 # %% ../nbs/01_tokenizer.ipynb #767e44a7
-def train_rustbpe(text_iterator: Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN,
-                  buffer_size: int = 8192) -> dict[bytes, int]:
+def train_rustbpe(
+    text_iterator: Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN, buffer_size: int = 8192
+) -> dict[bytes, int]:
     """Train byte-level BPE with rustbpe on an iterator of strings; returns mergeable ranks {token bytes: id}, ids 0..V-1
     (fewer than `vocab_size` if the text runs out of pairs). Same tie rule as `train_bpe_naive`, so the same ids.
     Documents of any length and content train (in `split_pieces`); TypeError for a document that is not a str.
     ValueError if `vocab_size < 256`. Source: https://github.com/karpathy/rustbpe (trainer), tiktoken's rank format."""
-    if vocab_size < 256: raise ValueError(f"vocab_size must be at least 256 (the byte tokens), got {vocab_size}")
-    def pieces():   # bounded pieces cut where the pattern always cuts: the same chunks, and rustbpe's regex never overflows
+    if vocab_size < 256:
+        raise ValueError(f"vocab_size must be at least 256 (the byte tokens), got {vocab_size}")
+
+    def pieces():  # bounded pieces cut where the pattern always cuts: the same chunks, and rustbpe's regex never overflows
         for i, t in enumerate(text_iterator):
-            if not isinstance(t, str): raise TypeError(f"document {i} is a {type(t).__name__}, not a str")
+            if not isinstance(t, str):
+                raise TypeError(f"document {i} is a {type(t).__name__}, not a str")
             yield from split_pieces(scalar_text(t), MAX_PIECE, pattern)
+
     tok = rustbpe.Tokenizer()
     tok.train_from_iterator(pieces(), vocab_size, buffer_size=buffer_size, pattern=pattern)
     assert tok.get_pattern() == pattern
@@ -231,62 +295,108 @@ def _atomic_write(path: Path, data: bytes):
     "Write `data` to `path` via a temp file in the same directory and `os.replace` (atomic on POSIX)."
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp")
     try:
-        os.chmod(tmp, 0o644)                         # mkstemp makes 0600; a tokenizer is shared, readable data
-        with os.fdopen(fd, "wb") as f: f.write(data); f.flush(); os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a tokenizer is shared, readable data
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True); raise
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
 
 class Tokenizer:
     "Byte-level BPE tokenizer: rustbpe-trained ranks, tiktoken encoding, special tokens appended after the merges."
-    def __init__(self, mergeable_ranks: dict[bytes, int], pattern: str = SPLIT_PATTERN, special_tokens: list[str] = SPECIAL_TOKENS,
-                 name: str = "nanolit"):
+
+    def __init__(
+        self,
+        mergeable_ranks: dict[bytes, int],
+        pattern: str = SPLIT_PATTERN,
+        special_tokens: list[str] = SPECIAL_TOKENS,
+        name: str = "nanolit",
+    ):
         n = len(mergeable_ranks)
-        if sorted(mergeable_ranks.values()) != list(range(n)): raise ValueError("mergeable ranks must be the ids 0..n-1 exactly once")
-        if len(set(special_tokens)) != len(special_tokens): raise ValueError(f"duplicate special tokens in {special_tokens}")
+        if sorted(mergeable_ranks.values()) != list(range(n)):
+            raise ValueError("mergeable ranks must be the ids 0..n-1 exactly once")
+        if len(set(special_tokens)) != len(special_tokens):
+            raise ValueError(f"duplicate special tokens in {special_tokens}")
         self.mergeable_ranks, self._pattern, self.special_tokens = mergeable_ranks, pattern, list(special_tokens)
-        self.enc = tiktoken.Encoding(name, pat_str=pattern, mergeable_ranks=mergeable_ranks,
-                                     special_tokens={s: n + i for i, s in enumerate(special_tokens)})
+        self.enc = tiktoken.Encoding(
+            name,
+            pat_str=pattern,
+            mergeable_ranks=mergeable_ranks,
+            special_tokens={s: n + i for i, s in enumerate(special_tokens)},
+        )
         self._token_bytes = None
 
     @classmethod
-    def train_from_iterator(cls, text_iterator: Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN,
-                            special_tokens: list[str] = SPECIAL_TOKENS, buffer_size: int = 8192) -> "Tokenizer":
+    def train_from_iterator(
+        cls,
+        text_iterator: Iterable[str],
+        vocab_size: int,
+        pattern: str = SPLIT_PATTERN,
+        special_tokens: list[str] = SPECIAL_TOKENS,
+        buffer_size: int = 8192,
+    ) -> "Tokenizer":
         """Train on an iterator of documents. `vocab_size` includes the specials, so rustbpe learns
         `vocab_size - 256 - len(special_tokens)` merges (fewer if the text runs out of pairs).
         Raises ValueError if `vocab_size < 256 + len(special_tokens)` or the pattern does not compile."""
         n_special = len(special_tokens)
         if not isinstance(vocab_size, int) or vocab_size < 256 + n_special:
-            raise ValueError(f"vocab_size must be an int >= 256 + {n_special} (bytes + special tokens) = {256 + n_special}, got {vocab_size!r}")
-        try: regex.compile(pattern)
-        except regex.error as e: raise ValueError(f"invalid split pattern {pattern!r}: {e}") from e
+            raise ValueError(
+                f"vocab_size must be an int >= 256 + {n_special} (bytes + special tokens) = {256 + n_special}, got {vocab_size!r}"
+            )
+        try:
+            regex.compile(pattern)
+        except regex.error as e:
+            raise ValueError(f"invalid split pattern {pattern!r}: {e}") from e
         return cls(train_rustbpe(text_iterator, vocab_size - n_special, pattern, buffer_size), pattern, special_tokens)
 
     @property
-    def vocab_size(self) -> int: "Number of ids, specials included." ; return self.enc.n_vocab
+    def vocab_size(self) -> int:
+        "Number of ids, specials included."
+        return self.enc.n_vocab
+
     @property
-    def pattern(self) -> str: "The split pattern used in training." ; return self._pattern
+    def pattern(self) -> str:
+        "The split pattern used in training."
+        return self._pattern
+
     @property
-    def bos_token_id(self) -> int: "Id of `<|bos|>`, which begins every document." ; return self.encode_special("<|bos|>")
+    def bos_token_id(self) -> int:
+        "Id of `<|bos|>`, which begins every document."
+        return self.encode_special("<|bos|>")
+
     def get_bos_token_id(self) -> int:
         "Id (int) of `<|bos|>`: the same as the `bos_token_id` property, as a method for callers that expect one."
         return self.bos_token_id
+
     def get_vocab_size(self) -> int:
         "Number of ids (int), specials included: the same as the `vocab_size` property, as a method."
         return self.vocab_size
 
     def encode_special(self, name: str) -> int:
         "The id of special token `name`; ValueError if it isn't one."
-        try: return self.enc._special_tokens[name]
-        except KeyError: raise ValueError(f"{name!r} is not a special token; known: {self.special_tokens}") from None
+        try:
+            return self.enc._special_tokens[name]
+        except KeyError:
+            raise ValueError(f"{name!r} is not a special token; known: {self.special_tokens}") from None
 
     def _special_id(self, x: int | str) -> int:
-        if isinstance(x, str): return self.encode_special(x)
-        if not 0 <= int(x) < self.vocab_size: raise ValueError(f"token id {x} out of range [0, {self.vocab_size})")
+        if isinstance(x, str):
+            return self.encode_special(x)
+        if not 0 <= int(x) < self.vocab_size:
+            raise ValueError(f"token id {x} out of range [0, {self.vocab_size})")
         return int(x)
 
-    def encode(self, text: str | list[str], prepend: int | str | None = None, append: int | str | None = None,
-               num_threads: int = 8) -> list[int] | list[list[int]]:
+    def encode(
+        self,
+        text: str | list[str],
+        prepend: int | str | None = None,
+        append: int | str | None = None,
+        num_threads: int = 8,
+    ) -> list[int] | list[list[int]]:
         """Encode a string (-> list of int ids) or a list of strings (-> list of lists, in `num_threads` threads).
         Special-token strings inside the text are ordinary text. Any string encodes, in time linear in its length
         (see `cut_pieces`); surrogate code points are resolved as tiktoken does (`scalar_text`). `prepend`/`append`: an id
@@ -294,10 +404,12 @@ class Tokenizer:
         special or id out of range."""
         pre = [] if prepend is None else [self._special_id(prepend)]
         app = [] if append is None else [self._special_id(append)]
-        if isinstance(text, str): return pre + self._encode_ordinary([text], num_threads)[0] + app
+        if isinstance(text, str):
+            return pre + self._encode_ordinary([text], num_threads)[0] + app
         if isinstance(text, (list, tuple)):
             bad = next((i for i, t in enumerate(text) if not isinstance(t, str)), None)
-            if bad is not None: raise TypeError(f"encode expects str or list[str]; item {bad} is a {type(text[bad]).__name__}")
+            if bad is not None:
+                raise TypeError(f"encode expects str or list[str]; item {bad} is a {type(text[bad]).__name__}")
             return [pre + ids + app for ids in self._encode_ordinary(list(text), num_threads)]
         raise TypeError(f"encode expects str or list[str], got {type(text).__name__}")
 
@@ -305,10 +417,15 @@ class Tokenizer:
         "tiktoken's ordinary ids of each text, encoded in pieces of at most `MAX_PIECE` characters (`split_pieces`), in threads."
         pieces = [split_pieces(scalar_text(t), MAX_PIECE, self.pattern) for t in texts]
         flat = [p for ps in pieces for p in ps]
-        ids = [self.enc.encode_ordinary(flat[0])] if len(flat) == 1 else self.enc.encode_ordinary_batch(flat, num_threads=num_threads)
+        ids = (
+            [self.enc.encode_ordinary(flat[0])]
+            if len(flat) == 1
+            else self.enc.encode_ordinary_batch(flat, num_threads=num_threads)
+        )
         out, k = [], 0
         for ps in pieces:
-            out.append(ids[k] if len(ps) == 1 else [i for x in ids[k:k + len(ps)] for i in x]); k += len(ps)
+            out.append(ids[k] if len(ps) == 1 else [i for x in ids[k : k + len(ps)] for i in x])
+            k += len(ps)
         return out
 
     def __call__(self, *args, **kwargs):
@@ -331,19 +448,27 @@ class Tokenizer:
         "int64 tensor of shape (vocab_size,): UTF-8 bytes each token decodes to; 0 for special tokens. For bits per byte."
         if self._token_bytes is None:
             tb = torch.zeros(self.vocab_size, dtype=torch.int64)
-            for b, i in self.mergeable_ranks.items(): tb[i] = len(b)
+            for b, i in self.mergeable_ranks.items():
+                tb[i] = len(b)
             self._token_bytes = tb
         return self._token_bytes
 
     def save(self, directory: str | Path) -> None:
         """Write `ranks.tiktoken` (tiktoken's `base64(bytes) id` lines), `tokenizer.json` (pattern, specials, vocab size)
         and `token_bytes.pt` into `directory` (created if missing), each atomically (temp file + rename). OSError on I/O failure."""
-        d = Path(directory); d.mkdir(parents=True, exist_ok=True)
-        lines = (f"{base64.b64encode(b).decode()} {i}\n" for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1]))
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        lines = (
+            f"{base64.b64encode(b).decode()} {i}\n"
+            for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1])
+        )
         _atomic_write(d / "ranks.tiktoken", "".join(lines).encode())
         meta = dict(format=1, pattern=self.pattern, special_tokens=self.special_tokens, vocab_size=self.vocab_size)
         _atomic_write(d / "tokenizer.json", json.dumps(meta, indent=1).encode())
-        import io; buf = io.BytesIO(); torch.save(self.token_bytes(), buf)
+        import io
+
+        buf = io.BytesIO()
+        torch.save(self.token_bytes(), buf)
         _atomic_write(d / "token_bytes.pt", buf.getvalue())
 
     @classmethod
@@ -351,34 +476,45 @@ class Tokenizer:
         "Load a tokenizer written by `save`; FileNotFoundError if the directory lacks its files, ValueError if they disagree (corrupt)."
         d = Path(directory)
         for f in ("ranks.tiktoken", "tokenizer.json"):
-            if not (d / f).exists(): raise FileNotFoundError(f"no tokenizer at {d} (missing {f})")
+            if not (d / f).exists():
+                raise FileNotFoundError(f"no tokenizer at {d} (missing {f})")
         meta = json.loads((d / "tokenizer.json").read_text())
         ranks = {}
         for line in (d / "ranks.tiktoken").read_text().splitlines():
-            if line: b, i = line.split(); ranks[base64.b64decode(b)] = int(i)
+            if line:
+                b, i = line.split()
+                ranks[base64.b64decode(b)] = int(i)
         tok = cls(ranks, meta["pattern"], meta["special_tokens"])
-        if tok.vocab_size != meta["vocab_size"]: raise ValueError(f"corrupt tokenizer at {d}: vocab size {tok.vocab_size} != {meta['vocab_size']}")
+        if tok.vocab_size != meta["vocab_size"]:
+            raise ValueError(f"corrupt tokenizer at {d}: vocab size {tok.vocab_size} != {meta['vocab_size']}")
         return tok
 
     def fingerprint(self) -> str:
         """16 hex characters identifying this tokenizer: a sha256 of its pattern, special tokens and merge ranks. Two
         tokenizers with the same fingerprint encode every text alike; checkpoints record it (see `check_tokenizer`)."""
         h = hashlib.sha256(json.dumps([self.pattern, self.special_tokens]).encode())
-        for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1]): h.update(b"%d:" % i + b)
+        for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1]):
+            h.update(b"%d:" % i + b)
         return h.hexdigest()[:16]
 
-    def __repr__(self): return f"Tokenizer(vocab_size={self.vocab_size}, specials={len(self.special_tokens)})"
+    def __repr__(self):
+        return f"Tokenizer(vocab_size={self.vocab_size}, specials={len(self.special_tokens)})"
+
 
 def check_tokenizer(tok: Tokenizer, meta: dict, where="this checkpoint") -> None:
     """ValueError unless `tok` is the tokenizer a checkpoint's `meta["tokenizer"]` ({vocab_size, fingerprint}, written
     by training) records: a model fed another tokenizer's ids reads garbage, or indexes past its embedding. Checkpoints
     without the record (older ones) pass."""
     rec = meta.get("tokenizer") if isinstance(meta, dict) else None
-    if not rec: return
+    if not rec:
+        return
     if rec.get("fingerprint") != tok.fingerprint():
-        raise ValueError(f"{where} was trained with another tokenizer (vocab {rec.get('vocab_size')}, fingerprint "
-                         f"{rec.get('fingerprint')}) than the one loaded (vocab {tok.vocab_size}, fingerprint {tok.fingerprint()}): "
-                         f"was the tokenizer retrained since? Restore that tokenizer, or retrain the model with this one")
+        raise ValueError(
+            f"{where} was trained with another tokenizer (vocab {rec.get('vocab_size')}, fingerprint "
+            f"{rec.get('fingerprint')}) than the one loaded (vocab {tok.vocab_size}, fingerprint {tok.fingerprint()}): "
+            f"was the tokenizer retrained since? Restore that tokenizer, or retrain the model with this one"
+        )
+
 
 def get_tokenizer(directory: str | Path | None = None) -> Tokenizer:
     "Load the tokenizer from `directory` (default `get_base_dir()/'tokenizer'`); FileNotFoundError says how to train one."
@@ -391,7 +527,9 @@ def get_tokenizer(directory: str | Path | None = None) -> Tokenizer:
 def iter_parquet_texts(files: Iterable[str | Path], batch_size: int = 1024) -> Iterator[str]:
     """Documents (str) from the `text` column of parquet `files`, in order, streamed `batch_size` rows at a time.
     ValueError naming the file if a shard is corrupt or truncated."""
-    import pyarrow as pa, pyarrow.parquet as pq
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     for f in files:
         try:
             for batch in pq.ParquetFile(f).iter_batches(columns=["text"], batch_size=batch_size):
@@ -399,43 +537,75 @@ def iter_parquet_texts(files: Iterable[str | Path], batch_size: int = 1024) -> I
         except (pa.ArrowException, OSError) as e:
             raise ValueError(f"cannot read parquet shard {f} (corrupt or truncated?): {e}") from e
 
+
 def iter_text_files(files: Iterable[str | Path], piece: int = 10_000) -> Iterator[str]:
     "Documents (str) from plain UTF-8 text files, each file cut into `piece`-character pieces. FileNotFoundError / UnicodeDecodeError from reading."
     for f in files:
         t = Path(f).read_text(encoding="utf-8")
-        for i in range(0, len(t), piece): yield t[i:i + piece]
+        for i in range(0, len(t), piece):
+            yield t[i : i + piece]
+
 
 def capped(docs: Iterable[str], max_chars: int, doc_cap: int, stats: dict | None = None) -> Iterator[str]:
     """Crop each document to `doc_cap` characters and stop once `max_chars` characters have been yielded (the last one is
     cut to fit). If `stats` is a dict it is updated with 'chars' and 'docs' yielded so far."""
     n = 0
     for d in docs:
-        if n >= max_chars: break
-        d = d[:min(doc_cap, max_chars - n)]; n += len(d)
-        if stats is not None: stats["chars"], stats["docs"] = n, stats.get("docs", 0) + 1
+        if n >= max_chars:
+            break
+        d = d[: min(doc_cap, max_chars - n)]
+        n += len(d)
+        if stats is not None:
+            stats["chars"], stats["docs"] = n, stats.get("docs", 0) + 1
         yield d
+
 
 def _gpt2_if_cached():
     "tiktoken's gpt2 Encoding if its files are already in tiktoken's cache (no network), else None."
     import hashlib
-    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "data-gym-cache")
-    urls = [f"https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/{f}" for f in ("vocab.bpe", "encoder.json")]
-    if not all(os.path.exists(os.path.join(cache, hashlib.sha1(u.encode()).hexdigest())) for u in urls): return None
-    try: return tiktoken.get_encoding("gpt2")
-    except Exception: return None
+
+    cache = (
+        os.environ.get("TIKTOKEN_CACHE_DIR")
+        or os.environ.get("DATA_GYM_CACHE_DIR")
+        or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    )
+    urls = [
+        f"https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/{f}" for f in ("vocab.bpe", "encoder.json")
+    ]
+    if not all(os.path.exists(os.path.join(cache, hashlib.sha1(u.encode()).hexdigest())) for u in urls):
+        return None
+    try:
+        return tiktoken.get_encoding("gpt2")
+    except Exception:
+        return None
+
 
 def compression(tokenizer, docs: Iterable[str]) -> float:
     """Compression: total UTF-8 bytes / total tokens over `docs` (a float, higher = fewer tokens per text; no specials).
     `tokenizer` is a Tokenizer or a tiktoken Encoding. 0 tokens counts as 1 (no ZeroDivisionError)."""
     docs = list(docs)
-    if isinstance(tokenizer, Tokenizer): n_tok = sum(len(ids) for ids in tokenizer.encode(docs))
-    else:   # another tiktoken Encoding: bounded pieces too (its own pattern: forced cuts, a negligible change in the count)
-        n_tok = sum(len(ids) for ids in tokenizer.encode_ordinary_batch([p for d in docs for p in split_pieces(scalar_text(d), MAX_PIECE, tokenizer._pat_str)]))
+    if isinstance(tokenizer, Tokenizer):
+        n_tok = sum(len(ids) for ids in tokenizer.encode(docs))
+    else:  # another tiktoken Encoding: bounded pieces too (its own pattern: forced cuts, a negligible change in the count)
+        n_tok = sum(
+            len(ids)
+            for ids in tokenizer.encode_ordinary_batch(
+                [p for d in docs for p in split_pieces(scalar_text(d), MAX_PIECE, tokenizer._pat_str)]
+            )
+        )
     return sum(len(d.encode("utf-8")) for d in docs) / max(n_tok, 1)
 
-def train_tokenizer(vocab_size: int = 8192, max_chars: int = 2_000_000_000, doc_cap: int = 10_000,
-                    data_dir: str | Path | None = None, input: list[str | Path] | None = None,
-                    out_dir: str | Path | None = None, val_chars: int = 10_000_000, overwrite: bool = False) -> Tokenizer:
+
+def train_tokenizer(
+    vocab_size: int = 8192,
+    max_chars: int = 2_000_000_000,
+    doc_cap: int = 10_000,
+    data_dir: str | Path | None = None,
+    input: list[str | Path] | None = None,
+    out_dir: str | Path | None = None,
+    val_chars: int = 10_000_000,
+    overwrite: bool = False,
+) -> Tokenizer:
     """Train on the corpus train split (or text files `input`), save to `out_dir` (default `get_base_dir()/'tokenizer'`),
     print time and compression on the val split. `max_chars`/`doc_cap`: characters (see `capped`). Returns the Tokenizer.
     A tokenizer already in `out_dir` is kept (and returned) if it has `vocab_size`, unless `overwrite`: every model
@@ -446,104 +616,149 @@ def train_tokenizer(vocab_size: int = 8192, max_chars: int = 2_000_000_000, doc_
     if (out_dir / "tokenizer.json").exists() and not overwrite:
         old = Tokenizer.load(out_dir)
         if old.vocab_size != vocab_size:
-            raise FileExistsError(f"{out_dir} holds a tokenizer of vocab {old.vocab_size}, and models trained with it need it: "
-                                  f"pass --out-dir for a second tokenizer, or --overwrite true to replace it")
-        print(f"kept the tokenizer in {out_dir} (vocab {old.vocab_size}, fingerprint {old.fingerprint()}); --overwrite true retrains it")
+            raise FileExistsError(
+                f"{out_dir} holds a tokenizer of vocab {old.vocab_size}, and models trained with it need it: "
+                f"pass --out-dir for a second tokenizer, or --overwrite true to replace it"
+            )
+        print(
+            f"kept the tokenizer in {out_dir} (vocab {old.vocab_size}, fingerprint {old.fingerprint()}); --overwrite true retrains it"
+        )
         return old
     if input:
         files = [Path(f) for f in input]
         missing = [str(f) for f in files if not f.is_file()]
-        if missing: raise FileNotFoundError(f"input files not found: {missing}")
+        if missing:
+            raise FileNotFoundError(f"input files not found: {missing}")
         docs = iter_text_files(files, doc_cap)
     else:
         files = sorted(data_dir.glob("train_*.parquet"))
-        if not files: raise FileNotFoundError(f"no train_*.parquet in {data_dir}: build the corpus first (notebook 02, `python -m nanolit.data`) or pass --input")
+        if not files:
+            raise FileNotFoundError(
+                f"no train_*.parquet in {data_dir}: build the corpus first (notebook 02, `python -m nanolit.data`) or pass --input"
+            )
         docs = iter_parquet_texts(files)
     stats = {}
     t0 = time.time()
     tok = Tokenizer.train_from_iterator(capped(docs, max_chars, doc_cap, stats), vocab_size)
     dt = time.time() - t0
-    print(f"trained vocab {tok.vocab_size} on {stats.get('chars', 0):,} chars ({stats.get('docs', 0):,} docs) from {len(files)} files in {dt:.1f} s")
-    tok.save(out_dir); print(f"saved to {out_dir}")
+    print(
+        f"trained vocab {tok.vocab_size} on {stats.get('chars', 0):,} chars ({stats.get('docs', 0):,} docs) from {len(files)} files in {dt:.1f} s"
+    )
+    tok.save(out_dir)
+    print(f"saved to {out_dir}")
     val = sorted(data_dir.glob("val_*.parquet"))
     if val:
         vdocs = list(capped(iter_parquet_texts(val), val_chars, doc_cap))
         print(f"val compression: {compression(tok, vdocs):.3f} bytes/token (ours)")
         gpt2 = _gpt2_if_cached()
-        if gpt2 is not None: print(f"val compression: {compression(gpt2, vdocs):.3f} bytes/token (gpt2, vocab {gpt2.n_vocab})")
-        else: print("(gpt2 encoding not cached locally: comparison skipped)")
+        if gpt2 is not None:
+            print(f"val compression: {compression(gpt2, vdocs):.3f} bytes/token (gpt2, vocab {gpt2.n_vocab})")
+        else:
+            print("(gpt2 encoding not cached locally: comparison skipped)")
     return tok
 
+
 @call_parse
-def main(vocab_size: int = 8192,          # vocabulary size including special tokens
-         max_chars: int = 2_000_000_000,  # stop after this many characters of training text
-         doc_cap: int = 10_000,           # crop each document to this many characters
-         data_dir: str = None,            # corpus folder with train_*.parquet (default: base dir/data)
-         input: str = None,               # comma-separated text files to train on instead of parquet
-         out_dir: str = None,             # where to save (default: base dir/tokenizer)
-         overwrite: bool_arg = False):    # replace a tokenizer already in out_dir (models trained with it then no longer load)
+def main(
+    vocab_size: int = 8192,  # vocabulary size including special tokens
+    max_chars: int = 2_000_000_000,  # stop after this many characters of training text
+    doc_cap: int = 10_000,  # crop each document to this many characters
+    data_dir: str = None,  # corpus folder with train_*.parquet (default: base dir/data)
+    input: str = None,  # comma-separated text files to train on instead of parquet
+    out_dir: str = None,  # where to save (default: base dir/tokenizer)
+    overwrite: bool_arg = False,
+):  # replace a tokenizer already in out_dir (models trained with it then no longer load)
     "Train the nanolit tokenizer on the corpus train split and save it."
     with exit_on_user_error():
-        train_tokenizer(vocab_size, max_chars, doc_cap, data_dir, input.split(",") if input else None, out_dir, overwrite=overwrite)
+        train_tokenizer(
+            vocab_size, max_chars, doc_cap, data_dir, input.split(",") if input else None, out_dir, overwrite=overwrite
+        )
 
 # %% ../nbs/01_tokenizer.ipynb #a82cf4d0
 # fastcore >= 1.x `call_parse` already runs the CLI when the module is `__main__` (and binds `main` to its result,
 # None); this guard only matters for a decorator that doesn't.
-if __name__ == "__main__" and callable(main): main()
+if __name__ == "__main__" and callable(main):
+    main()
 
 # %% ../nbs/01_tokenizer.ipynb #4f95d85d
 def _normalize_messages(conversation: dict) -> list[dict]:
     "Validate roles (optional system, then user/assistant alternating from user) and merge the system message into the first user one."
     msgs = conversation.get("messages") if isinstance(conversation, dict) else None
-    if not msgs: raise ValueError("conversation must be a dict with a non-empty 'messages' list")
+    if not msgs:
+        raise ValueError("conversation must be a dict with a non-empty 'messages' list")
     msgs = [dict(m) for m in msgs]
     if msgs[0].get("role") == "system":
-        if len(msgs) < 2 or msgs[1].get("role") != "user": raise ValueError("a system message must be followed by a user message")
+        if len(msgs) < 2 or msgs[1].get("role") != "user":
+            raise ValueError("a system message must be followed by a user message")
         if not isinstance(msgs[0].get("content"), str) or not isinstance(msgs[1].get("content"), str):
             raise ValueError("system and first user message content must be strings")
         msgs = [dict(role="user", content=msgs[0]["content"] + "\n\n" + msgs[1]["content"])] + msgs[2:]
     for i, m in enumerate(msgs):
         want = "user" if i % 2 == 0 else "assistant"
-        if m.get("role") != want: raise ValueError(f"message {i} has role {m.get('role')!r}, expected {want!r} (roles must alternate user, assistant, ... after an optional system message)")
-        if "content" not in m: raise ValueError(f"message {i} has no 'content'")
+        if m.get("role") != want:
+            raise ValueError(
+                f"message {i} has role {m.get('role')!r}, expected {want!r} (roles must alternate user, assistant, ... after an optional system message)"
+            )
+        if "content" not in m:
+            raise ValueError(f"message {i} has no 'content'")
     return msgs
+
 
 @patch
 def render_conversation(self: Tokenizer, conversation: dict, max_tokens: int = 2048) -> tuple[list[int], list[int]]:
     """Token ids and loss mask (same length, at most `max_tokens`) for a conversation {"messages": [{"role", "content"}, ...]}.
     mask is 1 on assistant-written tokens (content, python calls, `<|assistant_end|>`), 0 elsewhere. ValueError on bad role order."""
     ids, mask = [], []
+
     def add(toks, m):
         toks = [toks] if isinstance(toks, int) else toks
-        ids.extend(toks); mask.extend([m] * len(toks))
+        ids.extend(toks)
+        mask.extend([m] * len(toks))
+
     sp = self.encode_special
     add(self.bos_token_id, 0)
     for msg in _normalize_messages(conversation):
         content = msg["content"]
         if msg["role"] == "user":
-            if not isinstance(content, str): raise ValueError("user content must be a string")
-            add(sp("<|user_start|>"), 0); add(self.encode(content), 0); add(sp("<|user_end|>"), 0)
+            if not isinstance(content, str):
+                raise ValueError("user content must be a string")
+            add(sp("<|user_start|>"), 0)
+            add(self.encode(content), 0)
+            add(sp("<|user_end|>"), 0)
             continue
         add(sp("<|assistant_start|>"), 0)
         if not isinstance(content, (str, list)) or (isinstance(content, list) and not content):
-            raise ValueError(f"assistant content must be a string or a non-empty list of parts, got {type(content).__name__}")
+            raise ValueError(
+                f"assistant content must be a string or a non-empty list of parts, got {type(content).__name__}"
+            )
         parts = [dict(type="text", text=content)] if isinstance(content, str) else content
         for part in parts:
             if not isinstance(part, dict) or not isinstance(part.get("text", ""), str):
                 raise ValueError(f"an assistant content part must be a dict {{'type', 'text': str}}, got {part!r}")
             kind, text = part.get("type"), part.get("text", "")
-            if kind == "text": add(self.encode(text), 1)
-            elif kind == "python": add(sp("<|python_start|>"), 1); add(self.encode(text), 1); add(sp("<|python_end|>"), 1)
-            elif kind == "python_output": add(sp("<|output_start|>"), 0); add(self.encode(text), 0); add(sp("<|output_end|>"), 0)
-            else: raise ValueError(f"unknown assistant content part type {kind!r} (text, python, python_output)")
+            if kind == "text":
+                add(self.encode(text), 1)
+            elif kind == "python":
+                add(sp("<|python_start|>"), 1)
+                add(self.encode(text), 1)
+                add(sp("<|python_end|>"), 1)
+            elif kind == "python_output":
+                add(sp("<|output_start|>"), 0)
+                add(self.encode(text), 0)
+                add(sp("<|output_end|>"), 0)
+            else:
+                raise ValueError(f"unknown assistant content part type {kind!r} (text, python, python_output)")
         add(sp("<|assistant_end|>"), 1)
     return ids[:max_tokens], mask[:max_tokens]
+
 
 @patch
 def render_for_completion(self: Tokenizer, conversation: dict) -> list[int]:
     "Ids to prompt the model for the next assistant turn: the conversation (a trailing assistant message dropped) + `<|assistant_start|>`."
     msgs = list(conversation.get("messages", [])) if isinstance(conversation, dict) else []
-    if msgs and msgs[-1].get("role") == "assistant": msgs = msgs[:-1]
-    if not msgs or msgs[-1].get("role") not in ("user", "system"): raise ValueError("a conversation to complete must end with a user message")
+    if msgs and msgs[-1].get("role") == "assistant":
+        msgs = msgs[:-1]
+    if not msgs or msgs[-1].get("role") not in ("user", "system"):
+        raise ValueError("a conversation to complete must end with a user message")
     ids, _ = self.render_conversation(dict(messages=msgs), max_tokens=10**9)
     return ids + [self.encode_special("<|assistant_start|>")]

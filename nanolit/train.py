@@ -6,7 +6,11 @@ Docs: https://nanolit.github.io/nanolit/train.html.md"""
 
 # %% ../nbs/11_train.ipynb #d066472e
 from __future__ import annotations
-import json, math, os, time, platform
+import json
+import math
+import os
+import time
+import platform
 from contextlib import nullcontext
 from dataclasses import dataclass, asdict, field, fields
 from pathlib import Path
@@ -16,24 +20,60 @@ import torch.distributed as dist
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .core import (dist_init, dist_cleanup, print0, seed_everything, get_base_dir, get_peak_flops, git_commit,
-                          get_rng_state, set_rng_state, rng_state_to_json, rng_state_from_json, COMPUTE_DTYPE,
-                          cli_from_dataclass)
+from nanolit.core import (
+    dist_init,
+    dist_cleanup,
+    print0,
+    seed_everything,
+    get_base_dir,
+    get_peak_flops,
+    git_commit,
+    get_rng_state,
+    set_rng_state,
+    rng_state_to_json,
+    rng_state_from_json,
+    COMPUTE_DTYPE,
+    cli_from_dataclass,
+)
 from .tokenizer import get_tokenizer, check_tokenizer
 from .data import DataLoader, iter_documents
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
 from .optim import build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.mesh import init_mesh
-from .parallel.data_parallel import (allreduce_gradients, broadcast_parameters, wrap_ddp, shard_optimizer,
-                                            apply_fsdp, clip_grad_norm_, replicas_max_diff)
-from .parallel.tensor_parallel import (parallelize, tensor_parallel_optimizer, clip_grad_norm_tp_, full_state_dict,
-                                              load_full_state_dict, full_optimizer_state_dict, load_full_optimizer_state_dict)
+from nanolit.parallel.data_parallel import (
+    allreduce_gradients,
+    broadcast_parameters,
+    wrap_ddp,
+    shard_optimizer,
+    apply_fsdp,
+    clip_grad_norm_,
+    replicas_max_diff,
+)
+from nanolit.parallel.tensor_parallel import (
+    parallelize,
+    tensor_parallel_optimizer,
+    clip_grad_norm_tp_,
+    full_state_dict,
+    load_full_state_dict,
+    full_optimizer_state_dict,
+    load_full_optimizer_state_dict,
+)
 from .parallel.pipeline_parallel import Pipeline, PIPELINE_SCHEDULES
 from .parallel.expert_parallel import MoE, moeify, moe_aux_loss
 from .parallel.context_parallel import cp_shard, context_parallel
-from .checkpoint import (checkpoint_dir, load_checkpoint, find_last_step, save_dcp_checkpoint, list_checkpoints,
-                                load_dcp_checkpoint, is_dcp_checkpoint, clean_stale_temps, _step_dir, _remove_checkpoint,
-                                _param_groups_json)
+from nanolit.checkpoint import (
+    checkpoint_dir,
+    load_checkpoint,
+    find_last_step,
+    save_dcp_checkpoint,
+    list_checkpoints,
+    load_dcp_checkpoint,
+    is_dcp_checkpoint,
+    clean_stale_temps,
+    _step_dir,
+    _remove_checkpoint,
+    _param_groups_json,
+)
 from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_bpb, unigram_token_bpb
 
 # %% auto #0
@@ -50,120 +90,215 @@ class TrainConfig:
     """Every knob of a pretraining run (each field's comment gives its meaning and unit; sizes in tokens or ranks,
     rates per optimizer step). Saved with each checkpoint and report; `validate_config` raises ValueError on a bad value.
     Each field is also a `--kebab-case` command-line option of `main`."""
-    tag: str = "d4"                  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/base/<tag>
-    depth: int = 4                   # the one dial: model size (GPTConfig.from_depth)
-    aspect_ratio: int = 64           # model width = depth * aspect_ratio (rounded to head_dim)
+
+    tag: str = "d4"  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/base/<tag>
+    depth: int = 4  # the one dial: model size (GPTConfig.from_depth)
+    aspect_ratio: int = 64  # model width = depth * aspect_ratio (rounded to head_dim)
     head_dim: int = 64
-    window_pattern: str = "SSSL"     # S = short (sliding) window, L = full context, tiled over layers
-    sequence_len: int = 256          # tokens per row (T)
-    device_batch_size: int = 8       # rows per micro-step per rank (B)
-    total_batch_size: int = -1       # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
-    num_iterations: int = -1         # optimizer steps; -1: from target_param_data_ratio
+    window_pattern: str = "SSSL"  # S = short (sliding) window, L = full context, tiled over layers
+    sequence_len: int = 256  # tokens per row (T)
+    device_batch_size: int = 8  # rows per micro-step per rank (B)
+    total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
+    num_iterations: int = -1  # optimizer steps; -1: from target_param_data_ratio
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
-    matrix_lr: float = 0.02          # Muon lr for hidden matrices
-    embedding_lr: float = 0.2        # AdamW lr for token/value embeddings
-    unembedding_lr: float = 0.004    # AdamW lr for the lm head
-    scalar_lr: float = 0.5           # AdamW lr for per-layer scalars
+    matrix_lr: float = 0.02  # Muon lr for hidden matrices
+    embedding_lr: float = 0.2  # AdamW lr for token/value embeddings
+    unembedding_lr: float = 0.004  # AdamW lr for the lm head
+    scalar_lr: float = 0.5  # AdamW lr for per-layer scalars
     weight_decay: float = 0.0
     warmup_steps: int = 0
-    warmdown_ratio: float = 0.4      # fraction of steps for the final linear decay (WSD schedule)
+    warmdown_ratio: float = 0.4  # fraction of steps for the final linear decay (WSD schedule)
     final_lr_frac: float = 0.0
-    grad_clip: float = 0.0           # clip the global grad norm (after sync); 0 = off
-    dp_mode: str = "naive"           # data parallel rung (06b): naive | ddp | zero1 | fsdp2
-    tp: int = 1                      # tensor-parallel size (06c): every matrix split over tp ranks; dp = world / tp (naive dp only)
-    sp: bool = False                 # sequence parallel on top of tp: norms and residuals on sequence shards
-    pp: int = 1                      # pipeline-parallel size (06d): the layers cut into pp stages; composes with dp and tp
-    pp_schedule: str = "1f1b"        # hand_afab | hand_1f1b | gpipe | 1f1b | interleaved_1f1b | looped_bfs | interleaved_zb | zbv
-    microbatches: int = -1           # pipeline micro-batches per micro-step (must divide device_batch_size); -1: device_batch_size
-    moe_experts: int = 0             # mixture of experts (06e): experts per MLP layer; 0 = dense MLPs
-    moe_top_k: int = 2               # experts per token
-    moe_hidden: int = -1             # hidden width of each expert; -1: 4 * n_embd (like the dense MLP)
-    moe_aux_coef: float = 0.01       # weight of the Switch load-balancing loss (per micro-batch, summed over layers)
-    ep: int = 1                      # expert-parallel size (06e): experts split over ep ranks, tokens by all-to-all; composes with dp
-    cp: int = 1                      # context-parallel size (06f): each sequence split over cp ranks, ring attention; composes with dp
-    eval_every: int = 100            # steps between val bpb evaluations (-1: only at the end)
-    eval_tokens: int = 65536         # val tokens per periodic eval: the first ceil(eval_tokens / T) rows of the val stream, at any layout
-    sample_every: int = -1           # steps between samples (-1: only at the end)
-    save_every: int = -1             # steps between checkpoints (-1: only at the end)
-    keep_last: int = 2               # checkpoints kept
+    grad_clip: float = 0.0  # clip the global grad norm (after sync); 0 = off
+    dp_mode: str = "naive"  # data parallel rung (06b): naive | ddp | zero1 | fsdp2
+    tp: int = 1  # tensor-parallel size (06c): every matrix split over tp ranks; dp = world / tp (naive dp only)
+    sp: bool = False  # sequence parallel on top of tp: norms and residuals on sequence shards
+    pp: int = 1  # pipeline-parallel size (06d): the layers cut into pp stages; composes with dp and tp
+    pp_schedule: str = (
+        "1f1b"  # hand_afab | hand_1f1b | gpipe | 1f1b | interleaved_1f1b | looped_bfs | interleaved_zb | zbv
+    )
+    microbatches: int = (
+        -1
+    )  # pipeline micro-batches per micro-step (must divide device_batch_size); -1: device_batch_size
+    moe_experts: int = 0  # mixture of experts (06e): experts per MLP layer; 0 = dense MLPs
+    moe_top_k: int = 2  # experts per token
+    moe_hidden: int = -1  # hidden width of each expert; -1: 4 * n_embd (like the dense MLP)
+    moe_aux_coef: float = 0.01  # weight of the Switch load-balancing loss (per micro-batch, summed over layers)
+    ep: int = 1  # expert-parallel size (06e): experts split over ep ranks, tokens by all-to-all; composes with dp
+    cp: int = 1  # context-parallel size (06f): each sequence split over cp ranks, ring attention; composes with dp
+    eval_every: int = 100  # steps between val bpb evaluations (-1: only at the end)
+    eval_tokens: int = (
+        65536  # val tokens per periodic eval: the first ceil(eval_tokens / T) rows of the val stream, at any layout
+    )
+    sample_every: int = -1  # steps between samples (-1: only at the end)
+    save_every: int = -1  # steps between checkpoints (-1: only at the end)
+    keep_last: int = 2  # checkpoints kept
     log_every: int = 10
     seed: int = 42
-    loader_buffer: int = 1000        # documents each loader buffers for best-fit packing (small: faster start, looser packing)
-    resume: str = "false"            # "true": continue from the newest complete checkpoint (error if none); "auto": continue if one exists, else start fresh
-    overwrite: bool = False          # a fresh run into a checkpoint dir that holds checkpoints: delete them first (else an error)
+    loader_buffer: int = (
+        1000  # documents each loader buffers for best-fit packing (small: faster start, looser packing)
+    )
+    resume: str = "false"  # "true": continue from the newest complete checkpoint (error if none); "auto": continue if one exists, else start fresh
+    overwrite: bool = (
+        False  # a fresh run into a checkpoint dir that holds checkpoints: delete them first (else an error)
+    )
     allow_long_sequence: bool = False  # permit sequence_len above MAX_SEQUENCE_LEN (65536)
-    compile: bool = False            # torch.compile the model (minutes of cold compile on a CPU)
-    data_dir: str = ""               # default $NANOLIT_BASE_DIR/data
-    tokenizer_dir: str = ""          # default $NANOLIT_BASE_DIR/tokenizer
-    out_dir: str = ""                # default $NANOLIT_BASE_DIR/checkpoints/base/<tag>
-    stop_after: int = -1             # stop (and checkpoint) after this many steps of the schedule, as a killed job would
-    progress: bool = True            # tqdm bar on rank 0
+    compile: bool = False  # torch.compile the model (minutes of cold compile on a CPU)
+    data_dir: str = ""  # default $NANOLIT_BASE_DIR/data
+    tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
+    out_dir: str = ""  # default $NANOLIT_BASE_DIR/checkpoints/base/<tag>
+    stop_after: int = -1  # stop (and checkpoint) after this many steps of the schedule, as a killed job would
+    progress: bool = True  # tqdm bar on rank 0
 
 # %% ../nbs/11_train.ipynb #6c1e06dd
 MAX_SEQUENCE_LEN = 65536
-DP_MODES = ("naive", "ddp", "zero1", "fsdp2")   # the data-parallel rungs of 06b (see "Which data-parallel rung" below)
+DP_MODES = ("naive", "ddp", "zero1", "fsdp2")  # the data-parallel rungs of 06b (see "Which data-parallel rung" below)
+
 
 def validate_config(cfg: TrainConfig) -> None:
     "ValueError naming the first invalid option of `cfg` (sizes, counts, rates, modes); called at the start of `train`."
-    def bad(name, why): raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
-    for n in ("depth", "aspect_ratio", "head_dim", "sequence_len", "device_batch_size", "keep_last", "log_every",
-              "eval_tokens", "loader_buffer", "tp", "pp", "ep", "cp", "moe_top_k"):
+
+    def bad(name, why):
+        raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
+
+    for n in (
+        "depth",
+        "aspect_ratio",
+        "head_dim",
+        "sequence_len",
+        "device_batch_size",
+        "keep_last",
+        "log_every",
+        "eval_tokens",
+        "loader_buffer",
+        "tp",
+        "pp",
+        "ep",
+        "cp",
+        "moe_top_k",
+    ):
         v = getattr(cfg, n)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: bad(n, "must be an int >= 1")
-    for n in ("total_batch_size", "num_iterations", "eval_every", "sample_every", "save_every", "stop_after",
-              "microbatches", "moe_hidden"):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            bad(n, "must be an int >= 1")
+    for n in (
+        "total_batch_size",
+        "num_iterations",
+        "eval_every",
+        "sample_every",
+        "save_every",
+        "stop_after",
+        "microbatches",
+        "moe_hidden",
+    ):
         v = getattr(cfg, n)
-        if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1): bad(n, "must be -1 or an int >= 1")
-    for n in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac",
-              "warmup_steps", "moe_aux_coef"):
+        if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1):
+            bad(n, "must be -1 or an int >= 1")
+    for n in (
+        "matrix_lr",
+        "embedding_lr",
+        "unembedding_lr",
+        "scalar_lr",
+        "weight_decay",
+        "grad_clip",
+        "final_lr_frac",
+        "warmup_steps",
+        "moe_aux_coef",
+    ):
         v = getattr(cfg, n)
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0): bad(n, "must be a finite number >= 0")
-    if not 0 <= cfg.warmdown_ratio <= 1: bad("warmdown_ratio", "must be in [0, 1]")
-    if not cfg.target_param_data_ratio > 0: bad("target_param_data_ratio", "must be > 0")
-    if cfg.dp_mode not in DP_MODES: raise ValueError(f"dp_mode must be one of {DP_MODES}, got {cfg.dp_mode!r}")
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            bad(n, "must be a finite number >= 0")
+    if not 0 <= cfg.warmdown_ratio <= 1:
+        bad("warmdown_ratio", "must be in [0, 1]")
+    if not cfg.target_param_data_ratio > 0:
+        bad("target_param_data_ratio", "must be > 0")
+    if cfg.dp_mode not in DP_MODES:
+        raise ValueError(f"dp_mode must be one of {DP_MODES}, got {cfg.dp_mode!r}")
     if str(cfg.resume).strip().lower() not in ("true", "yes", "1", "false", "no", "0", "", "auto"):
         bad("resume", "must be true, false or auto")
-    if not cfg.window_pattern or set(cfg.window_pattern.upper()) - set("SL"): bad("window_pattern", "must be a string of S and L")
+    if not cfg.window_pattern or set(cfg.window_pattern.upper()) - set("SL"):
+        bad("window_pattern", "must be a string of S and L")
     if cfg.sequence_len > MAX_SEQUENCE_LEN and not cfg.allow_long_sequence:
-        bad("sequence_len", f"is above {MAX_SEQUENCE_LEN}; activations grow with it (attention's even quadratically), "
-                            f"so pass --allow-long-sequence true if you really mean it")
+        bad(
+            "sequence_len",
+            f"is above {MAX_SEQUENCE_LEN}; activations grow with it (attention's even quadratically), "
+            f"so pass --allow-long-sequence true if you really mean it",
+        )
     if cfg.tp > 1 and cfg.dp_mode != "naive":
-        bad("dp_mode", f"with --tp {cfg.tp} only naive data parallelism is supported for now (ddp/zero1/fsdp2 are not "
-                       "combined with hand-built tensor parallelism)")
-    if cfg.sp and cfg.tp == 1: bad("sp", "sequence parallelism needs --tp > 1")
+        bad(
+            "dp_mode",
+            f"with --tp {cfg.tp} only naive data parallelism is supported for now (ddp/zero1/fsdp2 are not "
+            "combined with hand-built tensor parallelism)",
+        )
+    if cfg.sp and cfg.tp == 1:
+        bad("sp", "sequence parallelism needs --tp > 1")
     # the newer mesh dimensions (06d-06f), and which combinations are built and tested
     if isinstance(cfg.moe_experts, bool) or not isinstance(cfg.moe_experts, int) or cfg.moe_experts < 0:
         bad("moe_experts", "must be an int >= 0 (0: dense MLPs)")
-    if cfg.moe_experts and cfg.moe_top_k > cfg.moe_experts: bad("moe_top_k", f"must be <= --moe-experts {cfg.moe_experts}")
-    if cfg.pp_schedule not in PIPELINE_SCHEDULES: bad("pp_schedule", f"must be one of {PIPELINE_SCHEDULES}")
+    if cfg.moe_experts and cfg.moe_top_k > cfg.moe_experts:
+        bad("moe_top_k", f"must be <= --moe-experts {cfg.moe_experts}")
+    if cfg.pp_schedule not in PIPELINE_SCHEDULES:
+        bad("pp_schedule", f"must be one of {PIPELINE_SCHEDULES}")
     for n in ("pp", "ep", "cp"):
         if getattr(cfg, n) > 1 and cfg.dp_mode != "naive":
             bad("dp_mode", f"with --{n} {getattr(cfg, n)} only naive data parallelism is supported")
-        if getattr(cfg, n) > 1 and cfg.compile: bad("compile", f"is not supported with --{n} > 1")
+        if getattr(cfg, n) > 1 and cfg.compile:
+            bad("compile", f"is not supported with --{n} > 1")
     if cfg.pp > 1:
-        if cfg.pp > cfg.depth: bad("pp", f"needs at least one layer per stage (depth {cfg.depth})")
-        if cfg.sp: bad("sp", "sequence parallelism is not supported inside pipeline stages; use --tp without --sp")
+        if cfg.pp > cfg.depth:
+            bad("pp", f"needs at least one layer per stage (depth {cfg.depth})")
+        if cfg.sp:
+            bad("sp", "sequence parallelism is not supported inside pipeline stages; use --tp without --sp")
         m = cfg.device_batch_size if cfg.microbatches == -1 else cfg.microbatches
-        if cfg.device_batch_size % m: bad("microbatches", f"must divide --device-batch-size {cfg.device_batch_size}")
+        if cfg.device_batch_size % m:
+            bad("microbatches", f"must divide --device-batch-size {cfg.device_batch_size}")
         if m < cfg.pp and cfg.pp_schedule not in ("hand_afab", "hand_1f1b", "gpipe"):
-            bad("microbatches", f"{m} is below --pp {cfg.pp}: torch's {cfg.pp_schedule} needs at least one micro-batch per "
-                                f"stage (raise --device-batch-size, or use gpipe / hand_1f1b)")
+            bad(
+                "microbatches",
+                f"{m} is below --pp {cfg.pp}: torch's {cfg.pp_schedule} needs at least one micro-batch per "
+                f"stage (raise --device-batch-size, or use gpipe / hand_1f1b)",
+            )
     if cfg.ep > 1:
-        if not cfg.moe_experts or cfg.moe_experts % cfg.ep: bad("ep", f"needs --moe-experts > 0 divisible by it (got {cfg.moe_experts})")
+        if not cfg.moe_experts or cfg.moe_experts % cfg.ep:
+            bad("ep", f"needs --moe-experts > 0 divisible by it (got {cfg.moe_experts})")
     if cfg.cp > 1 and cfg.sequence_len % (2 * cfg.cp):
-        bad("cp", f"needs --sequence-len divisible by 2 * cp = {2 * cfg.cp} (two chunks per rank, head-tail load balance)")
-    combos = [("pp", "ep"), ("pp", "cp"), ("pp", "moe_experts"), ("tp", "ep"), ("tp", "cp"), ("tp", "moe_experts"),
-              ("cp", "ep"), ("cp", "moe_experts")]
+        bad(
+            "cp",
+            f"needs --sequence-len divisible by 2 * cp = {2 * cfg.cp} (two chunks per rank, head-tail load balance)",
+        )
+    combos = [
+        ("pp", "ep"),
+        ("pp", "cp"),
+        ("pp", "moe_experts"),
+        ("tp", "ep"),
+        ("tp", "cp"),
+        ("tp", "moe_experts"),
+        ("cp", "ep"),
+        ("cp", "moe_experts"),
+    ]
     for a, b in combos:
         if getattr(cfg, a) > 1 and getattr(cfg, b) > (0 if b == "moe_experts" else 1):
-            bad(a, f"is not combined with --{b.replace('_', '-')} {getattr(cfg, b)} (built and tested: pp x dp x tp, "
-                   f"ep x dp with MoE, cp x dp)")
+            bad(
+                a,
+                f"is not combined with --{b.replace('_', '-')} {getattr(cfg, b)} (built and tested: pp x dp x tp, "
+                f"ep x dp with MoE, cp x dp)",
+            )
 
 # %% ../nbs/11_train.ipynb #2d92567f
-MEMORY_REFUSE_FACTOR = 1.25    # refuse a run whose estimate exceeds the device memory by more than this; warn above 1
+MEMORY_REFUSE_FACTOR = 1.25  # refuse a run whose estimate exceeds the device memory by more than this; warn above 1
 
-def activation_bytes(n_layer: int, n_embd: int, vocab_size: int, B: int, T: int, bytes_per_el: int = 2,
-                     tp: int = 1, sp: bool = False, chunked_loss: bool = True, loss_chunk_rows: int | None = None) -> int:
+
+def activation_bytes(
+    n_layer: int,
+    n_embd: int,
+    vocab_size: int,
+    B: int,
+    T: int,
+    bytes_per_el: int = 2,
+    tp: int = 1,
+    sp: bool = False,
+    chunked_loss: bool = True,
+    loss_chunk_rows: int | None = None,
+) -> int:
     """Estimated peak bytes of one micro-step's activations per rank (forward and backward), measured against traced
     CPU steps (see the test): N = B*T positions, N*d*(n_layer*(20, or 6+14/tp, or 20/tp with sp) + 3)*bytes_per_el +
     12*N, plus the loss: 20*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N, loss_chunk_rows, default
@@ -176,8 +311,10 @@ def activation_bytes(n_layer: int, n_embd: int, vocab_size: int, B: int, T: int,
         return int(saved + 5 * 4 * rows * vocab_size)
     return int(saved + 16 * N * vocab_size / tp)
 
-def train_state_bytes(param_groups: dict, bytes_per_el: int = 2, model_shards: int = 1, optim_shards: int = 1,
-                      param_shards: int = 1) -> int:
+
+def train_state_bytes(
+    param_groups: dict, bytes_per_el: int = 2, model_shards: int = 1, optim_shards: int = 1, param_shards: int = 1
+) -> int:
     """Bytes per rank of the training state of a model with `param_groups` ({"matrix", "embedding", "lm_head",
     "scalar"} -> parameters; meta tensors are fine): fp32 weights and gradients (8 bytes a parameter, / param_shards
     under FSDP2), Muon momentum (4, matrices) and AdamW moments (8, the rest) / optim_shards (ZeRO-1, FSDP2), and the
@@ -187,49 +324,83 @@ def train_state_bytes(param_groups: dict, bytes_per_el: int = 2, model_shards: i
     copies = (muon + n.get("lm_head", 0)) * bytes_per_el if bytes_per_el < 4 else 0
     return int((total * 8 / param_shards + (muon * 4 + (total - muon) * 8) / optim_shards + copies) / model_shards)
 
+
 def device_memory_bytes(device) -> float:
     "Total memory of `device` in bytes: the GPU's for cuda, the machine's RAM otherwise (inf when unknown)."
     dev = torch.device(device)
-    if dev.type == "cuda": return float(torch.cuda.get_device_properties(dev).total_memory)
-    try: return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError): return float("inf")
+    if dev.type == "cuda":
+        return float(torch.cuda.get_device_properties(dev).total_memory)
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
 
 def check_memory(need: float, have: float, what: str) -> str | None:
     """ValueError if `need` bytes exceed `have` by more than `MEMORY_REFUSE_FACTOR` (the run cannot fit); a warning
     line (str) if they exceed `have` at all; None if they fit. `what` describes the run in the messages."""
     gib = lambda b: f"{b / 2**30:,.1f} GiB"
     if need > MEMORY_REFUSE_FACTOR * have:
-        raise ValueError(f"{what} needs about {gib(need)} per rank, more than {MEMORY_REFUSE_FACTOR}x the {gib(have)} of "
-                         f"memory: lower --device-batch-size or --sequence-len (keep the batch with --total-batch-size)")
+        raise ValueError(
+            f"{what} needs about {gib(need)} per rank, more than {MEMORY_REFUSE_FACTOR}x the {gib(have)} of "
+            f"memory: lower --device-batch-size or --sequence-len (keep the batch with --total-batch-size)"
+        )
     if need > have:
-        return (f"warning: {what} needs about {gib(need)} per rank, above the {gib(have)} of memory: it may run out "
-                f"(lower --device-batch-size if it does)")
+        return (
+            f"warning: {what} needs about {gib(need)} per rank, above the {gib(have)} of memory: it may run out "
+            f"(lower --device-batch-size if it does)"
+        )
     return None
+
 
 def train_memory_bytes(cfg: TrainConfig, vocab_size: int, dp_size: int = 1, bytes_per_el: int | None = None) -> int:
     """Estimated peak memory per rank (bytes) of pretraining with `cfg` and a `vocab_size` tokenizer on `dp_size`
     data-parallel ranks: `activation_bytes` of one micro-step (this rank's layers under pp, its sequence share under
     cp) plus `train_state_bytes` (sharded by tp x pp, and by dp under ZeRO-1 / FSDP2). `bytes_per_el`: the compute
     dtype's size (default `COMPUTE_DTYPE`'s: 2 for bf16 on GPUs). Nothing is allocated (the model is built on meta)."""
-    gcfg = GPTConfig.from_depth(cfg.depth, vocab_size=vocab_size, sequence_len=cfg.sequence_len, aspect_ratio=cfg.aspect_ratio,
-                                head_dim=cfg.head_dim, window_pattern=cfg.window_pattern)
+    gcfg = GPTConfig.from_depth(
+        cfg.depth,
+        vocab_size=vocab_size,
+        sequence_len=cfg.sequence_len,
+        aspect_ratio=cfg.aspect_ratio,
+        head_dim=cfg.head_dim,
+        window_pattern=cfg.window_pattern,
+    )
     bytes_el = bytes_per_el or torch.finfo(COMPUTE_DTYPE).bits // 8
-    with torch.device("meta"): shapes = GPT(gcfg)
+    with torch.device("meta"):
+        shapes = GPT(gcfg)
     sharded = dp_size if cfg.dp_mode in ("zero1", "fsdp2") else 1
-    return (activation_bytes(-(-gcfg.n_layer // cfg.pp), gcfg.n_embd, vocab_size, cfg.device_batch_size,
-                             cfg.sequence_len // cfg.cp, bytes_el, cfg.tp, cfg.sp, chunked_loss=cfg.tp == 1 and cfg.pp == 1)
-            + train_state_bytes(shapes.param_groups(), bytes_el, model_shards=cfg.tp * cfg.pp, optim_shards=sharded,
-                                param_shards=dp_size if cfg.dp_mode == "fsdp2" else 1))
+    return activation_bytes(
+        -(-gcfg.n_layer // cfg.pp),
+        gcfg.n_embd,
+        vocab_size,
+        cfg.device_batch_size,
+        cfg.sequence_len // cfg.cp,
+        bytes_el,
+        cfg.tp,
+        cfg.sp,
+        chunked_loss=cfg.tp == 1 and cfg.pp == 1,
+    ) + train_state_bytes(
+        shapes.param_groups(),
+        bytes_el,
+        model_shards=cfg.tp * cfg.pp,
+        optim_shards=sharded,
+        param_shards=dp_size if cfg.dp_mode == "fsdp2" else 1,
+    )
 
 # %% ../nbs/11_train.ipynb #ba76633e
 def grad_accum_steps(total_batch_size: int, device_batch_size: int, sequence_len: int, world_size: int) -> int:
     "Micro-steps per optimizer step: total_batch / (B*T*W). -1 total means 1. ValueError if it doesn't divide."
     per_step = device_batch_size * sequence_len * world_size
-    if total_batch_size == -1: return 1
+    if total_batch_size == -1:
+        return 1
     if total_batch_size <= 0 or total_batch_size % per_step:
-        raise ValueError(f"total_batch_size {total_batch_size} must be a positive multiple of B*T*(data ranks) = "
-                         f"{device_batch_size}*{sequence_len}*{world_size} = {per_step}")
+        raise ValueError(
+            f"total_batch_size {total_batch_size} must be a positive multiple of B*T*(data ranks) = "
+            f"{device_batch_size}*{sequence_len}*{world_size} = {per_step}"
+        )
     return total_batch_size // per_step
+
 
 def horizon(num_iterations: int, n_params: int, tokens_per_step: int, ratio: float) -> int:
     "Optimizer steps: `num_iterations` if > 0, else ceil(ratio * n_params / tokens_per_step)."
@@ -239,13 +410,17 @@ def horizon(num_iterations: int, n_params: int, tokens_per_step: int, ratio: flo
 def resume_mode(resume: str | bool, ckpt_dir) -> bool:
     "Whether to resume: 'true'/'yes' (a checkpoint must exist), 'auto' (if one exists), 'false'/'no'. ValueError otherwise."
     r = str(resume).strip().lower()
-    if r in ("false", "no", "0", ""): return False
+    if r in ("false", "no", "0", ""):
+        return False
     if r in ("true", "yes", "1"):
-        find_last_step(ckpt_dir)            # raises FileNotFoundError with a clear message if there is none
+        find_last_step(ckpt_dir)  # raises FileNotFoundError with a clear message if there is none
         return True
     if r == "auto":
-        try: find_last_step(ckpt_dir); return True
-        except FileNotFoundError: return False
+        try:
+            find_last_step(ckpt_dir)
+            return True
+        except FileNotFoundError:
+            return False
     raise ValueError(f"resume must be true, false or auto, got {resume!r}")
 
 # %% ../nbs/11_train.ipynb #b843f015
@@ -253,33 +428,46 @@ def no_sync(step_model, mode: str, skip: bool):
     """Context for one micro-step's backward: with `skip` (not the last micro-step) gradients stay local. DDP:
     `model.no_sync()`; FSDP2: `set_requires_gradient_sync(not skip)` (set before the backward, as FSDP2 wants);
     naive and zero1 only communicate after the loop anyway."""
-    if mode == "ddp" and skip: return step_model.no_sync()
-    if mode == "fsdp2": step_model.set_requires_gradient_sync(not skip)
+    if mode == "ddp" and skip:
+        return step_model.no_sync()
+    if mode == "fsdp2":
+        step_model.set_requires_gradient_sync(not skip)
     return nullcontext()
+
 
 def check_resume(meta: dict, n_slots: int, world: int, accum: int) -> None:
     """ValueError unless a checkpoint's data slots (saved world × accum) equal this run's: the loader state of slot k
     is the position in data shard k of n_slots, so it moves to any (world, accum) with the same product, never to another."""
     saved = meta.get("n_slots")
     if saved != n_slots:
-        raise ValueError(f"checkpoint was written with {saved} data slots (world {meta.get('world_size')} x accum "
-                         f"{meta.get('accum', '?')}), this run has {n_slots} (world {world} x accum {accum}): each slot is "
-                         f"a shard of the data with its own position, so keep world x accum the same (set total_batch_size "
-                         f"= {saved} * device_batch_size * sequence_len with the same device_batch_size and sequence_len)")
+        raise ValueError(
+            f"checkpoint was written with {saved} data slots (world {meta.get('world_size')} x accum "
+            f"{meta.get('accum', '?')}), this run has {n_slots} (world {world} x accum {accum}): each slot is "
+            f"a shard of the data with its own position, so keep world x accum the same (set total_batch_size "
+            f"= {saved} * device_batch_size * sequence_len with the same device_batch_size and sequence_len)"
+        )
+
 
 def check_model_config(meta: dict, model_config: dict, ckpt_dir) -> None:
     """ValueError naming every field of the model config that differs between a checkpoint's `meta["model_config"]` and
     this run's (e.g. `n_layer: checkpoint 2, this run 4` after another `--depth`): one clear line instead of torch's
     wall of size mismatches."""
     saved = meta.get("model_config")
-    if saved is None: raise ValueError(f"{ckpt_dir}: meta.json has no model_config; not a nanolit training checkpoint")
+    if saved is None:
+        raise ValueError(f"{ckpt_dir}: meta.json has no model_config; not a nanolit training checkpoint")
     diff = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in model_config.items() if saved.get(k) != v]
     if diff:
         old = meta.get("config") or {}
-        hint = ", ".join(f"--{k.replace('_', '-')} {old[k]}" for k in ("depth", "aspect_ratio", "head_dim", "window_pattern", "sequence_len")
-                         if k in old)
-        raise ValueError(f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "
-                         f"Resume with the checkpoint's settings ({hint}) or start a new run under another --tag")
+        hint = ", ".join(
+            f"--{k.replace('_', '-')} {old[k]}"
+            for k in ("depth", "aspect_ratio", "head_dim", "window_pattern", "sequence_len")
+            if k in old
+        )
+        raise ValueError(
+            f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "
+            f"Resume with the checkpoint's settings ({hint}) or start a new run under another --tag"
+        )
+
 
 def check_fresh_dir(ckpt_dir, overwrite: bool) -> list[int]:
     """The complete checkpoints a fresh (not resumed) run would clobber: [] if none; FileExistsError unless `overwrite`
@@ -287,8 +475,10 @@ def check_fresh_dir(ckpt_dir, overwrite: bool) -> list[int]:
     newer steps count against the new one's) and resume (which would pick the old run's newest step)."""
     steps = list_checkpoints(ckpt_dir)
     if steps and not overwrite:
-        raise FileExistsError(f"{ckpt_dir} already holds checkpoints of another run (steps {steps}). Use a new --tag, "
-                              f"--resume true (or auto) to continue that run, or --overwrite true to delete them first")
+        raise FileExistsError(
+            f"{ckpt_dir} already holds checkpoints of another run (steps {steps}). Use a new --tag, "
+            f"--resume true (or auto) to continue that run, or --overwrite true to delete them first"
+        )
     return steps
 
 # %% ../nbs/11_train.ipynb #5e3fd746
@@ -297,11 +487,14 @@ def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float
     return 0.0 if not math.isfinite(peak_flops) or peak_flops <= 0 else flops_per_token * tokens_per_s / peak_flops
 
 # %% ../nbs/11_train.ipynb #49dc6ecb
-def _size(group) -> int: return dist.get_world_size(group) if group is not None else 1
+def _size(group) -> int:
+    return dist.get_world_size(group) if group is not None else 1
+
 
 def expert_param_ids(model) -> set[int]:
     "ids of the parameters held by expert-parallel `MoE` layers (`w_fc`, `w_proj`: each ep rank holds other experts)."
     return {id(p) for m in model.modules() if isinstance(m, MoE) and m.group is not None for p in (m.w_fc, m.w_proj)}
+
 
 @torch.no_grad()
 def sync_gradients(params, expert_ids=frozenset(), dp_group=None, ep_group=None, cp_group=None) -> None:
@@ -310,14 +503,19 @@ def sync_gradients(params, expert_ids=frozenset(), dp_group=None, ep_group=None,
     of the sum), then averaged over ep and dp for replicated weights; for expert weights (`expert_ids`) averaged over dp
     and divided by the ep size. A missing `.grad` becomes zeros first, since every rank must join every all-reduce."""
     for p in params:
-        if p.grad is None: p.grad = torch.zeros_like(p)
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     if cp_group is not None:
-        for p in params: dist.all_reduce(p.grad, group=cp_group)
-    if ep_group is not None:
-        allreduce_gradients([p for p in params if id(p) not in expert_ids], ep_group)   # replicated: average over ep
         for p in params:
-            if id(p) in expert_ids: p.grad.div_(_size(ep_group))
-    if dp_group is not None: allreduce_gradients(params, dp_group)
+            dist.all_reduce(p.grad, group=cp_group)
+    if ep_group is not None:
+        allreduce_gradients([p for p in params if id(p) not in expert_ids], ep_group)  # replicated: average over ep
+        for p in params:
+            if id(p) in expert_ids:
+                p.grad.div_(_size(ep_group))
+    if dp_group is not None:
+        allreduce_gradients(params, dp_group)
+
 
 @torch.no_grad()
 def clip_grad_norm_mesh_(params, max_norm: float, replicas) -> Tensor:
@@ -326,20 +524,33 @@ def clip_grad_norm_mesh_(params, max_norm: float, replicas) -> Tensor:
     identical copy, and one all-reduce over the world sums them (gradients must already be synchronised). Same rule as
     `torch.nn.utils.clip_grad_norm_`: g *= min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping (0-D,
     fp64 if any gradient is, else fp32). ValueError if `max_norm <= 0`."""
-    if not max_norm > 0: raise ValueError(f"max_norm must be > 0, got {max_norm}")
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be > 0, got {max_norm}")
     params = [p for p in params if p.grad is not None]
     acc = torch.float64 if any(p.grad.dtype == torch.float64 for p in params) else torch.float32
     dev = params[0].grad.device if params else "cpu"
     sq = torch.zeros((), dtype=acc, device=dev)
-    for p in params: sq += p.grad.to(acc).pow(2).sum() / replicas(p)
-    if dist.is_initialized() and dist.get_world_size() > 1: dist.all_reduce(sq)
+    for p in params:
+        sq += p.grad.to(acc).pow(2).sum() / replicas(p)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(sq)
     total = sq.sqrt()
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for p in params: p.grad.mul_(coef.to(p.grad.dtype))
+    for p in params:
+        p.grad.mul_(coef.to(p.grad.dtype))
     return total
 
 # %% ../nbs/11_train.ipynb #e2ce11b5
-PARAM_GROUP_ORDER = ("matrix", "embedding", "embedding_1d", "lm_head", "lm_head_1d", "scalar", "scalar_1d")  # build_optimizer's
+PARAM_GROUP_ORDER = (
+    "matrix",
+    "embedding",
+    "embedding_1d",
+    "lm_head",
+    "lm_head_1d",
+    "scalar",
+    "scalar_1d",
+)  # build_optimizer's
+
 
 def gather_param_groups(optimizer, group=None) -> list[dict]:
     """Hyperparameters (no params) of every optimizer param group held by any rank of `group`, one per name, in
@@ -347,23 +558,31 @@ def gather_param_groups(optimizer, group=None) -> list[dict]:
     stage has `lm_head`); a checkpoint stores this union so it loads at any pp. Collective over `group`."""
     parts = [_param_groups_json(optimizer)]
     if _size(group) > 1:
-        parts = [None] * _size(group); dist.all_gather_object(parts, _param_groups_json(optimizer), group=group)
+        parts = [None] * _size(group)
+        dist.all_gather_object(parts, _param_groups_json(optimizer), group=group)
     by_name = {}
     for part in parts:
-        for g in part: by_name.setdefault(g["name"], g)
-    return [by_name[n] for n in PARAM_GROUP_ORDER if n in by_name] + [g for n, g in by_name.items() if n not in PARAM_GROUP_ORDER]
+        for g in part:
+            by_name.setdefault(g["name"], g)
+    return [by_name[n] for n in PARAM_GROUP_ORDER if n in by_name] + [
+        g for n, g in by_name.items() if n not in PARAM_GROUP_ORDER
+    ]
+
 
 def restore_param_groups_by_name(optimizer, saved: list[dict]) -> None:
     "Set each of `optimizer`'s param groups' hyperparameters from the saved group of the same name. ValueError if one is missing."
     by_name = {g.get("name"): g for g in saved}
     for g in optimizer.param_groups:
-        if g.get("name") not in by_name: raise ValueError(f"checkpoint has no optimizer param group {g.get('name')!r}")
+        if g.get("name") not in by_name:
+            raise ValueError(f"checkpoint has no optimizer param group {g.get('name')!r}")
         g.update({k: tuple(v) if k == "betas" else v for k, v in by_name[g["name"]].items()})
+
 
 def _gather_experts(t: Tensor, group) -> Tensor:
     parts = [torch.empty_like(t) for _ in range(_size(group))]
     dist.all_gather(parts, t.contiguous(), group=group)
     return torch.cat(parts)
+
 
 def expert_parallel_full_state(model, optimizer, group) -> tuple[dict, dict]:
     """(model state dict, {"<param name>/<state key>": tensor} optimizer state) of an expert-parallel model with every
@@ -373,10 +592,12 @@ def expert_parallel_full_state(model, optimizer, group) -> tuple[dict, dict]:
     names = {n for n, p in model.named_parameters() if id(p) in experts}
     msd = {k: (_gather_experts(v, group) if k in names else v).detach().clone() for k, v in model.state_dict().items()}
     osd = {}
-    for n, p in model.named_parameters():                   # the same order on every rank: the all-gathers pair up
+    for n, p in model.named_parameters():  # the same order on every rank: the all-gathers pair up
         for k, v in sorted(optimizer.state.get(p, {}).items()):
-            if torch.is_tensor(v): osd[f"{n}/{k}"] = _gather_experts(v, group) if n in names and v.ndim else v.detach().clone()
+            if torch.is_tensor(v):
+                osd[f"{n}/{k}"] = _gather_experts(v, group) if n in names and v.ndim else v.detach().clone()
     return msd, osd
+
 
 @torch.no_grad()
 def load_expert_parallel_full_state(model, optimizer, model_sd: dict, optim_sd: dict, group) -> None:
@@ -385,16 +606,21 @@ def load_expert_parallel_full_state(model, optimizer, model_sd: dict, optim_sd: 
     ValueError if an expert tensor's leading size is not E (a checkpoint of another model)."""
     experts, r, W = expert_param_ids(model), dist.get_rank(group), _size(group)
     params = dict(model.named_parameters())
+
     def own(name, v):
         p = params.get(name)
-        if p is None or id(p) not in experts or not v.ndim: return v
-        if v.size(0) != p.size(0) * W: raise ValueError(f"{name}: {v.size(0)} experts in the checkpoint, this model has {p.size(0) * W}")
-        return v[r * p.size(0):(r + 1) * p.size(0)]
+        if p is None or id(p) not in experts or not v.ndim:
+            return v
+        if v.size(0) != p.size(0) * W:
+            raise ValueError(f"{name}: {v.size(0)} experts in the checkpoint, this model has {p.size(0) * W}")
+        return v[r * p.size(0) : (r + 1) * p.size(0)]
+
     model.load_state_dict({k: own(k, v) for k, v in model_sd.items()})
     optimizer.state.clear()
     for key, v in optim_sd.items():
         name, k = key.rsplit("/", 1)
-        if name not in params: raise ValueError(f"optimizer state for unknown parameter {name!r}")
+        if name not in params:
+            raise ValueError(f"optimizer state for unknown parameter {name!r}")
         optimizer.state[params[name]][k] = own(name, v).to(params[name].device).clone()
 
 # %% ../nbs/11_train.ipynb #ee8272e1
@@ -406,15 +632,24 @@ def _sample(model, tok, prompts, max_tokens=32, device="cpu"):
         outs.append(p + tok.decode(gen))
     return outs
 
+
 SAMPLE_PROMPTS = ["The meaning of life is", "Once upon a time,", "The king said", "In the beginning"]
 
+
 def _save_plot(history, path):
-    import matplotlib; matplotlib.use("Agg", force=False)
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-    ax[0].plot([h["step"] for h in history["train"]], [h["loss"] for h in history["train"]]); ax[0].set(xlabel="step", ylabel="train loss (nats/token)", title="training loss")
-    ax[1].plot([h["step"] for h in history["val"]], [h["bpb"] for h in history["val"]], "o-"); ax[1].set(xlabel="step", ylabel="val bits per byte", title="validation")
-    fig.tight_layout(); fig.savefig(path, dpi=100); plt.close(fig)
+    ax[0].plot([h["step"] for h in history["train"]], [h["loss"] for h in history["train"]])
+    ax[0].set(xlabel="step", ylabel="train loss (nats/token)", title="training loss")
+    ax[1].plot([h["step"] for h in history["val"]], [h["bpb"] for h in history["val"]], "o-")
+    ax[1].set(xlabel="step", ylabel="val bits per byte", title="validation")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 # %% ../nbs/11_train.ipynb #b9ec8ab9
 def train(cfg: TrainConfig) -> dict:
@@ -429,7 +664,7 @@ def train(cfg: TrainConfig) -> dict:
     holds checkpoints (unless `overwrite`)."""
     validate_config(cfg)
     ckpt_dir = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir("base", cfg.tag)
-    resuming = resume_mode(cfg.resume, ckpt_dir)   # FileNotFoundError for --resume true without a checkpoint
+    resuming = resume_mode(cfg.resume, ckpt_dir)  # FileNotFoundError for --resume true without a checkpoint
     stale = [] if resuming else check_fresh_dir(ckpt_dir, cfg.overwrite)
     info = dist_init()
     device, rank, world = info.device, info.rank, info.world_size
@@ -440,63 +675,103 @@ def train(cfg: TrainConfig) -> dict:
     pp_group, pp_rank, pp = mesh.group("pp"), mesh.local_rank("pp"), mesh.size("pp")
     ep_group, ep_rank, ep = mesh.group("ep"), mesh.local_rank("ep"), mesh.size("ep")
     cp_group, cp_rank, cp = mesh.group("cp"), mesh.local_rank("cp"), mesh.size("cp")
-    data_rank, data_size = dp_rank * ep + ep_rank, dp_size * ep   # ranks that read different batches
-    model_parallel = pp > 1 or ep > 1 or cp > 1                   # the loop of this section's helpers
-    if rank == 0:                                  # no save of this run is in progress yet: every temp dir is stale
-        for st in stale: _remove_checkpoint(_step_dir(ckpt_dir, st))
+    data_rank, data_size = dp_rank * ep + ep_rank, dp_size * ep  # ranks that read different batches
+    model_parallel = pp > 1 or ep > 1 or cp > 1  # the loop of this section's helpers
+    if rank == 0:  # no save of this run is in progress yet: every temp dir is stale
+        for st in stale:
+            _remove_checkpoint(_step_dir(ckpt_dir, st))
         clean_stale_temps(ckpt_dir)
-    if world > 1: dist.barrier()
-    seed_everything(cfg.seed)                      # same seed everywhere: identical init on every rank (all shards included)
+    if world > 1:
+        dist.barrier()
+    seed_everything(cfg.seed)  # same seed everywhere: identical init on every rank (all shards included)
 
     tok = get_tokenizer(cfg.tokenizer_dir or None)
     token_bytes = tok.token_bytes().to(device)
-    gcfg = GPTConfig.from_depth(cfg.depth, vocab_size=tok.vocab_size, sequence_len=cfg.sequence_len,
-                                aspect_ratio=cfg.aspect_ratio, head_dim=cfg.head_dim, window_pattern=cfg.window_pattern)
+    gcfg = GPTConfig.from_depth(
+        cfg.depth,
+        vocab_size=tok.vocab_size,
+        sequence_len=cfg.sequence_len,
+        aspect_ratio=cfg.aspect_ratio,
+        head_dim=cfg.head_dim,
+        window_pattern=cfg.window_pattern,
+    )
     B, T = cfg.device_batch_size, cfg.sequence_len
     # pre-flight memory check (measured estimate, see above): refuse only what cannot fit, warn on what may not
-    note = check_memory(train_memory_bytes(cfg, gcfg.vocab_size, dp_size), device_memory_bytes(device), f"training (B {B} x T {T}, {gcfg.n_layer} layers of width "
-                        f"{gcfg.n_embd}, vocab {gcfg.vocab_size}, {COMPUTE_DTYPE}) on {device}")
-    if note: print0(note)
+    note = check_memory(
+        train_memory_bytes(cfg, gcfg.vocab_size, dp_size),
+        device_memory_bytes(device),
+        f"training (B {B} x T {T}, {gcfg.n_layer} layers of width "
+        f"{gcfg.n_embd}, vocab {gcfg.vocab_size}, {COMPUTE_DTYPE}) on {device}",
+    )
+    if note:
+        print0(note)
     model = build_model(gcfg, device)
     flops_per_token = model.estimate_flops()
     moe = None
-    if cfg.moe_experts:                            # after init_weights; the same random experts on every rank
+    if cfg.moe_experts:  # after init_weights; the same random experts on every rank
         h = cfg.moe_hidden if cfg.moe_hidden > 0 else 4 * gcfg.n_embd
         moeify(model, cfg.moe_experts, cfg.moe_top_k, h, aux_scope="local")
-        d = gcfg.n_embd   # active matmul FLOPs: top_k experts of 2*d*h weights and the router, instead of the dense 8*d^2
+        d = (
+            gcfg.n_embd
+        )  # active matmul FLOPs: top_k experts of 2*d*h weights and the router, instead of the dense 8*d^2
         flops_per_token += 6 * gcfg.n_layer * (cfg.moe_top_k * 2 * d * h + d * cfg.moe_experts - 8 * d * d)
         moe = dict(experts=cfg.moe_experts, top_k=cfg.moe_top_k, hidden=h)
-    if dp_size > 1: broadcast_parameters(model, src=mesh.members("dp")[0], group=dp_group)   # src: a global rank of this dp group
-    n_params = model.num_params()                  # the whole model's, before tp / pp / ep / FSDP2 split it
-    if ep > 1:                                     # this rank keeps experts [r E/ep, (r+1) E/ep) of every layer
-        for b in model.blocks: b.mlp = MoE.from_dense(b.mlp, ep_group)
+    if dp_size > 1:
+        broadcast_parameters(model, src=mesh.members("dp")[0], group=dp_group)  # src: a global rank of this dp group
+    n_params = model.num_params()  # the whole model's, before tp / pp / ep / FSDP2 split it
+    if ep > 1:  # this rank keeps experts [r E/ep, (r+1) E/ep) of every layer
+        for b in model.blocks:
+            b.mlp = MoE.from_dense(b.mlp, ep_group)
     experts = expert_param_ids(model)
     # the data-parallel rung (06b); on one process every mode is the plain model and optimizer
     mode = cfg.dp_mode if dp_size > 1 else "naive"
-    if tp > 1: parallelize(model, mesh, sp=cfg.sp)  # before the optimizer: it must see the shards
+    if tp > 1:
+        parallelize(model, mesh, sp=cfg.sp)  # before the optimizer: it must see the shards
     pipe = None
     if pp > 1:
         m = B if cfg.microbatches == -1 else cfg.microbatches
         pipe = Pipeline(model, cfg.pp_schedule, pp_rank, pp, m, group=pp_group, ranks=mesh.members("pp"), device=device)
-    if mode == "fsdp2": apply_fsdp(model, mesh.device_mesh["dp"] if mesh.device_mesh is not None else None)
+    if mode == "fsdp2":
+        apply_fsdp(model, mesh.device_mesh["dp"] if mesh.device_mesh is not None else None)
     step_model = wrap_ddp(model, dp_group) if mode == "ddp" else model
     step_model = torch.compile(step_model, dynamic=False) if cfg.compile else step_model
-    optimizer = build_optimizer(pipe.param_groups() if pipe else model.param_groups(), matrix_lr=cfg.matrix_lr,
-                                embedding_lr=cfg.embedding_lr, unembedding_lr=cfg.unembedding_lr, scalar_lr=cfg.scalar_lr,
-                                weight_decay=cfg.weight_decay, model_dim=gcfg.n_embd)
-    if tp > 1: optimizer = tensor_parallel_optimizer(optimizer)   # Muon orthogonalises whole matrices
-    if cfg.dp_mode == "zero1": optimizer = shard_optimizer(optimizer, dp_group)   # also on one process (identity shard)
+    optimizer = build_optimizer(
+        pipe.param_groups() if pipe else model.param_groups(),
+        matrix_lr=cfg.matrix_lr,
+        embedding_lr=cfg.embedding_lr,
+        unembedding_lr=cfg.unembedding_lr,
+        scalar_lr=cfg.scalar_lr,
+        weight_decay=cfg.weight_decay,
+        model_dim=gcfg.n_embd,
+    )
+    if tp > 1:
+        optimizer = tensor_parallel_optimizer(optimizer)  # Muon orthogonalises whole matrices
+    if cfg.dp_mode == "zero1":
+        optimizer = shard_optimizer(optimizer, dp_group)  # also on one process (identity shard)
     params = pipe.parameters() if pipe else list(model.parameters())
-    def replicas(p):                               # ranks holding an identical copy of p (for the gradient norm)
+
+    def replicas(p):  # ranks holding an identical copy of p (for the gradient norm)
         return world // (pp * (tp if getattr(p, "_tp_dim", None) is not None else 1) * (ep if id(p) in experts else 1))
 
     accum = grad_accum_steps(cfg.total_batch_size, B, T, data_size)
     tokens_per_step = B * T * data_size * accum
     num_steps = horizon(cfg.num_iterations, n_params, tokens_per_step, cfg.target_param_data_ratio)
-    n_slots = data_size * accum                    # one data shard per (data rank, micro-step)
+    n_slots = data_size * accum  # one data shard per (data rank, micro-step)
     data_dir = cfg.data_dir or None
-    loaders = [DataLoader(tok, B, T, "train", rank=data_rank * accum + a, world_size=n_slots, device=device, data_dir=data_dir,
-                          buffer_size=cfg.loader_buffer) for a in range(accum)]
+    loaders = [
+        DataLoader(
+            tok,
+            B,
+            T,
+            "train",
+            rank=data_rank * accum + a,
+            world_size=n_slots,
+            device=device,
+            data_dir=data_dir,
+            buffer_size=cfg.loader_buffer,
+        )
+        for a in range(accum)
+    ]
     iters = [iter(l) for l in loaders]
 
     history = dict(train=[], val=[])
@@ -506,65 +781,89 @@ def train(cfg: TrainConfig) -> dict:
         meta = json.loads((_step_dir(ckpt_dir, step0) / "meta.json").read_text())
         # before any collective read: clear errors, the same on every rank
         check_model_config(meta, asdict(gcfg), ckpt_dir)
-        check_tokenizer(tok, meta, ckpt_dir)       # the ids must mean what they meant when the checkpoint was trained
+        check_tokenizer(tok, meta, ckpt_dir)  # the ids must mean what they meant when the checkpoint was trained
         if meta.get("moe") != moe:
             raise ValueError(f"cannot resume from {ckpt_dir}: its MoE settings are {meta.get('moe')}, this run's {moe}")
         if step0 > num_steps:
-            raise ValueError(f"{ckpt_dir} holds step {step0}, past this run's {num_steps} steps: raise --num-iterations "
-                             f"(the schedule depends on it, so use the one the checkpoint's run had: "
-                             f"{(meta.get('config') or {}).get('num_iterations', '?')}) or start a new --tag")
+            raise ValueError(
+                f"{ckpt_dir} holds step {step0}, past this run's {num_steps} steps: raise --num-iterations "
+                f"(the schedule depends on it, so use the one the checkpoint's run had: "
+                f"{(meta.get('config') or {}).get('num_iterations', '?')}) or start a new --tag"
+            )
         check_resume(meta, n_slots, world, accum)
         dcp_ckpt = is_dcp_checkpoint(_step_dir(ckpt_dir, step0))
-        if tp > 1 or pp > 1 or ep > 1:             # read the full tensors on every rank, keep this rank's part
-            if not dcp_ckpt: raise ValueError(f"{ckpt_dir} holds a single-file checkpoint; resume it with --tp 1 --pp 1 --ep 1")
+        if tp > 1 or pp > 1 or ep > 1:  # read the full tensors on every rank, keep this rank's part
+            if not dcp_ckpt:
+                raise ValueError(f"{ckpt_dir} holds a single-file checkpoint; resume it with --tp 1 --pp 1 --ep 1")
             model_sd, optim_sd, _ = load_checkpoint(ckpt_dir, step0, device=device)
             flat = {f"{n}/{k}": v for n, st in optim_sd["state"].items() for k, v in st.items()}
-            if pipe: pipe.load_full_state_dict(model_sd); pipe.load_full_optimizer_state_dict(optimizer, flat)
-            elif ep > 1: load_expert_parallel_full_state(model, optimizer, model_sd, flat, ep_group)
-            else: load_full_state_dict(model, model_sd); load_full_optimizer_state_dict(optimizer, model, flat)
+            if pipe:
+                pipe.load_full_state_dict(model_sd)
+                pipe.load_full_optimizer_state_dict(optimizer, flat)
+            elif ep > 1:
+                load_expert_parallel_full_state(model, optimizer, model_sd, flat, ep_group)
+            else:
+                load_full_state_dict(model, model_sd)
+                load_full_optimizer_state_dict(optimizer, model, flat)
             restore_param_groups_by_name(optimizer, meta["optim_param_groups"])
         elif dcp_ckpt:
             load_dcp_checkpoint(ckpt_dir, model, optimizer, step0)
-        else:                                      # a single-file checkpoint from before the DCP rung
-            if mode != "naive" or cfg.dp_mode == "zero1": raise ValueError(f"{ckpt_dir} holds a single-file checkpoint; resume it with dp_mode naive")
+        else:  # a single-file checkpoint from before the DCP rung
+            if mode != "naive" or cfg.dp_mode == "zero1":
+                raise ValueError(f"{ckpt_dir} holds a single-file checkpoint; resume it with dp_mode naive")
             model_sd, optim_sd, _ = load_checkpoint(ckpt_dir, step0, device=device)
-            model.load_state_dict(model_sd); optimizer.load_state_dict(optim_sd)
-        for a, l in enumerate(loaders): l.load_state_dict(meta["loader_states"][data_rank * accum + a])
+            model.load_state_dict(model_sd)
+            optimizer.load_state_dict(optim_sd)
+        for a, l in enumerate(loaders):
+            l.load_state_dict(meta["loader_states"][data_rank * accum + a])
         iters = [iter(l) for l in loaders]
-        rng = meta["rng_states"]                   # per rank; at another world size rank r takes r mod the old one's
+        rng = meta["rng_states"]  # per rank; at another world size rank r takes r mod the old one's
         set_rng_state(rng_state_from_json(rng[rank % len(rng)]))
         history = meta.get("history", history)
         start_step = step0
         was = " x ".join(f"{k} {meta.get(k, 1)}" for k in ("pp", "ep", "cp", "tp"))
-        print0(f"resumed from {ckpt_dir} at step {step0} (saved at world {meta.get('world_size')}, {was}, "
-               f"{meta.get('dp_mode', 'naive')}; now world {world}, {mesh})")
-        if step0 == num_steps and (ckpt_dir / "train_result.json").exists():   # e.g. a pipeline script run again
-            print0(f"{ckpt_dir} is already complete ({num_steps} steps): nothing to train (raise --num-iterations, "
-                   f"or use another --tag, to train more)")
-            return dict(json.loads((ckpt_dir / "train_result.json").read_text()), history=history, checkpoint=str(ckpt_dir))
+        print0(
+            f"resumed from {ckpt_dir} at step {step0} (saved at world {meta.get('world_size')}, {was}, "
+            f"{meta.get('dp_mode', 'naive')}; now world {world}, {mesh})"
+        )
+        if step0 == num_steps and (ckpt_dir / "train_result.json").exists():  # e.g. a pipeline script run again
+            print0(
+                f"{ckpt_dir} is already complete ({num_steps} steps): nothing to train (raise --num-iterations, "
+                f"or use another --tag, to train more)"
+            )
+            return dict(
+                json.loads((ckpt_dir / "train_result.json").read_text()), history=history, checkpoint=str(ckpt_dir)
+            )
 
     peak = get_peak_flops(device) * world
-    print0(f"model: depth {cfg.depth}, n_embd {gcfg.n_embd}, {gcfg.n_layer} layers{f', MoE {moe}' if moe else ''}, "
-           f"{n_params:,} params, {flops_per_token/1e6:.1f} MFLOPs/token | vocab {tok.vocab_size} | world {world}: {mesh}, "
-           f"dp {cfg.dp_mode}{' (sp)' if cfg.sp else ''}{f', pp schedule {cfg.pp_schedule} x {pipe.m} micro-batches' if pipe else ''}, "
-           f"accum {accum}, {tokens_per_step:,} tokens/step, {num_steps} steps ({num_steps*tokens_per_step:,} tokens) | "
-           f"dtype {COMPUTE_DTYPE}")
+    print0(
+        f"model: depth {cfg.depth}, n_embd {gcfg.n_embd}, {gcfg.n_layer} layers{f', MoE {moe}' if moe else ''}, "
+        f"{n_params:,} params, {flops_per_token / 1e6:.1f} MFLOPs/token | vocab {tok.vocab_size} | world {world}: {mesh}, "
+        f"dp {cfg.dp_mode}{' (sp)' if cfg.sp else ''}{f', pp schedule {cfg.pp_schedule} x {pipe.m} micro-batches' if pipe else ''}, "
+        f"accum {accum}, {tokens_per_step:,} tokens/step, {num_steps} steps ({num_steps * tokens_per_step:,} tokens) | "
+        f"dtype {COMPUTE_DTYPE}"
+    )
 
     def sync_full_model():
         "Pipeline ranks train only their stages: copy every stage's current weights into each rank's full model."
         sd = pipe.full_state_dict()
-        if tp > 1: load_full_state_dict(model, sd)
-        else: model.load_state_dict(sd)
+        if tp > 1:
+            load_full_state_dict(model, sd)
+        else:
+            model.load_state_dict(sd)
 
     def run_eval():
         # the same val tokens at any layout: the first ceil(eval_tokens / T) rows of one val stream, in batches of B
         # dealt round-robin to the data ranks; every rank runs as many forwards, the surplus ones on padding that
         # scores nothing, so each row counts once whatever the number of data ranks
         model.eval()
-        val = iter(DataLoader(tok, B, T, "val", rank=0, world_size=1, device=device, data_dir=data_dir,
-                              buffer_size=cfg.loader_buffer))
+        val = iter(
+            DataLoader(
+                tok, B, T, "val", rank=0, world_size=1, device=device, data_dir=data_dir, buffer_size=cfg.loader_buffer
+            )
+        )
         mine = deal_batches(val, -(-cfg.eval_tokens // T), data_rank, data_size)
-        bpb = evaluate_bpb(model, iter(mine), len(mine), token_bytes)   # sums over all ranks: copies (tp, pp, cp) cancel
+        bpb = evaluate_bpb(model, iter(mine), len(mine), token_bytes)  # sums over all ranks: copies (tp, pp, cp) cancel
         model.train()
         return bpb
 
@@ -577,33 +876,65 @@ def train(cfg: TrainConfig) -> dict:
 
     def save(step):
         # every rank's loader and RNG state travel in meta.json; model and optimizer go through DCP from every rank
-        head = tp_rank == 0 and pp_rank == 0 and cp_rank == 0    # one rank per data rank writes its loader states
-        local = dict(data=data_rank, head=head, loaders=[l.state_dict() for l in loaders], rng=rng_state_to_json(get_rng_state()))
+        head = tp_rank == 0 and pp_rank == 0 and cp_rank == 0  # one rank per data rank writes its loader states
+        local = dict(
+            data=data_rank, head=head, loaders=[l.state_dict() for l in loaders], rng=rng_state_to_json(get_rng_state())
+        )
         gathered = [None] * world
-        if world > 1: dist.all_gather_object(gathered, local)
-        else: gathered = [local]
+        if world > 1:
+            dist.all_gather_object(gathered, local)
+        else:
+            gathered = [local]
         heads = sorted((g for g in gathered if g["head"]), key=lambda g: g["data"])
-        loader_states = [s for g in heads for s in g["loaders"]]   # ordered by slot = data_rank*accum + a
-        meta = dict(step=step, config=asdict(cfg), model_config=asdict(gcfg), moe=moe, n_slots=n_slots, accum=accum,
-                    tokenizer=dict(vocab_size=tok.vocab_size, fingerprint=tok.fingerprint()),
-                    loader_states=loader_states, rng_states=[g["rng"] for g in gathered], history=history,
-                    world_size=world, dp_mode=cfg.dp_mode, tp=tp, sp=cfg.sp, pp=pp, ep=ep, cp=cp, lr_step=step,
-                    **(dict(val_exact=val_exact) if val_exact else {}),
-                    torch=torch.__version__, git_commit=git_commit())
+        loader_states = [s for g in heads for s in g["loaders"]]  # ordered by slot = data_rank*accum + a
+        meta = dict(
+            step=step,
+            config=asdict(cfg),
+            model_config=asdict(gcfg),
+            moe=moe,
+            n_slots=n_slots,
+            accum=accum,
+            tokenizer=dict(vocab_size=tok.vocab_size, fingerprint=tok.fingerprint()),
+            loader_states=loader_states,
+            rng_states=[g["rng"] for g in gathered],
+            history=history,
+            world_size=world,
+            dp_mode=cfg.dp_mode,
+            tp=tp,
+            sp=cfg.sp,
+            pp=pp,
+            ep=ep,
+            cp=cp,
+            lr_step=step,
+            **(dict(val_exact=val_exact) if val_exact else {}),
+            torch=torch.__version__,
+            git_commit=git_commit(),
+        )
         # model-parallel tensors are plain tensors DCP would take for replicas: save the gathered full tensors instead
         if pipe:
-            meta["optim_param_groups"] = gather_param_groups(optimizer, pp_group)   # the last stage alone has lm_head
-            save_dcp_checkpoint(ckpt_dir, step, model, None, meta, keep_last=cfg.keep_last,
-                                model_state=pipe.full_state_dict(), optim_state=pipe.full_optimizer_state_dict(optimizer))
+            meta["optim_param_groups"] = gather_param_groups(optimizer, pp_group)  # the last stage alone has lm_head
+            save_dcp_checkpoint(
+                ckpt_dir,
+                step,
+                model,
+                None,
+                meta,
+                keep_last=cfg.keep_last,
+                model_state=pipe.full_state_dict(),
+                optim_state=pipe.full_optimizer_state_dict(optimizer),
+            )
             return
         full = {}
         if ep > 1:
             msd, osd = expert_parallel_full_state(model, optimizer, ep_group)
             full = dict(model_state=msd, optim_state=osd)
-        elif tp > 1: full = dict(model_state=full_state_dict(model), optim_state=full_optimizer_state_dict(optimizer, model))
+        elif tp > 1:
+            full = dict(model_state=full_state_dict(model), optim_state=full_optimizer_state_dict(optimizer, model))
         save_dcp_checkpoint(ckpt_dir, step, model, optimizer, meta, keep_last=cfg.keep_last, **full)
 
-    bar = tqdm(total=num_steps, initial=start_step, disable=(rank != 0 or not cfg.progress), desc="train", dynamic_ncols=True)
+    bar = tqdm(
+        total=num_steps, initial=start_step, disable=(rank != 0 or not cfg.progress), desc="train", dynamic_ncols=True
+    )
     model.train()
     t_train, tok_seen, smooth, samples, val_exact = 0.0, 0, None, [], None
     # samples: rank 0 alone, except where every forward is collective (FSDP2, tp, ep): then all ranks sample alike
@@ -612,20 +943,27 @@ def train(cfg: TrainConfig) -> dict:
         last = step == num_steps
         do_eval = (cfg.eval_every > 0 and step % cfg.eval_every == 0) or last
         do_sample = (cfg.sample_every > 0 and step % cfg.sample_every == 0 and step > 0) or last
-        if pipe and (do_eval or do_sample): sync_full_model()
+        if pipe and (do_eval or do_sample):
+            sync_full_model()
         if do_eval:
             bpb = run_eval()
             history["val"].append(dict(step=step, bpb=bpb))
             bar.write(f"step {step:5d} | val bpb {bpb:.4f}") if rank == 0 else None
-        if last:                                   # and the exact-once number of the whole val split
+        if last:  # and the exact-once number of the whole val split
             val_docs = list(iter_documents("val", data_dir=data_dir, epochs=1))
             val_exact = dict(step=step, **run_eval_exact(val_docs))
-            bar.write(f"step {step:5d} | val bpb {val_exact['bpb']:.4f} exact-once ({val_exact['docs']} documents, "
-                      f"{val_exact['bytes']:,} bytes)") if rank == 0 else None
+            bar.write(
+                f"step {step:5d} | val bpb {val_exact['bpb']:.4f} exact-once ({val_exact['docs']} documents, "
+                f"{val_exact['bytes']:,} bytes)"
+            ) if rank == 0 else None
         if do_sample and (rank == 0 or all_sample):
-            model.eval(); samples = _sample(model, tok, SAMPLE_PROMPTS, device=device); model.train()
-            for s in samples: bar.write("  > " + s.replace("\n", " ")) if rank == 0 else None
-        if last: break
+            model.eval()
+            samples = _sample(model, tok, SAMPLE_PROMPTS, device=device)
+            model.train()
+            for s in samples:
+                bar.write("  > " + s.replace("\n", " ")) if rank == 0 else None
+        if last:
+            break
 
         # 1. schedule
         lrm = lr_multiplier(step, num_steps, cfg.warmup_steps, cfg.warmdown_ratio, cfg.final_lr_frac)
@@ -637,59 +975,92 @@ def train(cfg: TrainConfig) -> dict:
         aux_sum = 0.0
         for a in range(accum):
             x, y = next(iters[a])
-            if pipe:                               # the schedule runs this micro-step's pipeline micro-batches
+            if pipe:  # the schedule runs this micro-step's pipeline micro-batches
                 loss_sum += pipe.mean_loss(pipe.step(x, y, loss_scale=1 / accum)).to(loss_sum) / accum
-            elif cp > 1:                           # this rank's chunks: its share of the sum over the whole sequence
+            elif cp > 1:  # this rank's chunks: its share of the sum over the whole sequence
                 n_tok = (y != -1).sum().clamp(min=1)
                 with context_parallel(model, T, cp_group):
-                    loss = model(cp_shard(x, cp_rank, cp), cp_shard(y, cp_rank, cp, pad_value=-1), loss_reduction="sum") / n_tok
+                    loss = (
+                        model(cp_shard(x, cp_rank, cp), cp_shard(y, cp_rank, cp, pad_value=-1), loss_reduction="sum")
+                        / n_tok
+                    )
                 (loss / accum).backward()
                 loss_sum += loss.detach() / accum
             else:
                 with no_sync(step_model, mode, a < accum - 1):
                     loss = step_model(x, y)
                     total = loss
-                    if moe: aux = moe_aux_loss(model); total = loss + cfg.moe_aux_coef * aux; aux_sum += aux.item() / accum
+                    if moe:
+                        aux = moe_aux_loss(model)
+                        total = loss + cfg.moe_aux_coef * aux
+                        aux_sum += aux.item() / accum
                     (total / accum).backward()
                 loss_sum += loss.detach() / accum
         # 3. gradient sync (naive: here; ddp / fsdp2: already, during the last backward; zero1: inside step) + clip.
         #    Only over the groups that hold copies: a None group means the whole world, tp ranks and pipeline stages
         #    included, whose different shards must never be averaged.
-        if model_parallel: sync_gradients(params, experts, dp_group, ep_group, cp_group)
-        elif mode == "naive" and dp_size > 1: allreduce_gradients(model.parameters(), dp_group)
+        if model_parallel:
+            sync_gradients(params, experts, dp_group, ep_group, cp_group)
+        elif mode == "naive" and dp_size > 1:
+            allreduce_gradients(model.parameters(), dp_group)
         if cfg.grad_clip > 0:
-            if model_parallel: clip_grad_norm_mesh_(params, cfg.grad_clip, replicas)
-            elif tp > 1: clip_grad_norm_tp_(model.parameters(), cfg.grad_clip, tp_group)
-            else: clip_grad_norm_(optimizer if cfg.dp_mode == "zero1" else model.parameters(), cfg.grad_clip)
+            if model_parallel:
+                clip_grad_norm_mesh_(params, cfg.grad_clip, replicas)
+            elif tp > 1:
+                clip_grad_norm_tp_(model.parameters(), cfg.grad_clip, tp_group)
+            else:
+                clip_grad_norm_(optimizer if cfg.dp_mode == "zero1" else model.parameters(), cfg.grad_clip)
         # 4. optimizer step
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         # the step's mean loss over data ranks (under cp each rank holds a share of the sum)
-        if cp > 1: dist.all_reduce(loss_sum, group=cp_group)
-        if ep > 1: dist.all_reduce(loss_sum, group=ep_group); loss_sum /= ep
-        if dp_size > 1: dist.all_reduce(loss_sum, group=dp_group); loss_sum /= dp_size
+        if cp > 1:
+            dist.all_reduce(loss_sum, group=cp_group)
+        if ep > 1:
+            dist.all_reduce(loss_sum, group=ep_group)
+            loss_sum /= ep
+        if dp_size > 1:
+            dist.all_reduce(loss_sum, group=dp_group)
+            loss_sum /= dp_size
         dt = time.perf_counter() - t0
         # 5. logging
         loss_v = loss_sum.item()
-        if step > start_step: t_train += dt; tok_seen += tokens_per_step   # skip the first (warm-up) step in rates
+        if step > start_step:
+            t_train += dt
+            tok_seen += tokens_per_step  # skip the first (warm-up) step in rates
         tps = tok_seen / t_train if t_train > 0 else tokens_per_step / dt
         history["train"].append(dict(step=step, loss=loss_v, lr_mult=lrm, dt=dt, **(dict(aux=aux_sum) if moe else {})))
         smooth = loss_v if smooth is None else 0.9 * smooth + 0.1 * loss_v
-        bar.update(1); bar.set_postfix(loss=f"{smooth:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{100*mfu(flops_per_token, tps, peak):.1f}%")
+        bar.update(1)
+        bar.set_postfix(loss=f"{smooth:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{100 * mfu(flops_per_token, tps, peak):.1f}%")
         if rank == 0 and not cfg.progress and (step % cfg.log_every == 0 or step == num_steps - 1):
-            print(f"step {step:5d}/{num_steps} | loss {loss_v:.4f} | lrm {lrm:.3f} | {dt*1000:.0f} ms | "
-                  f"{tps:,.0f} tok/s | mfu {100*mfu(flops_per_token, tps, peak):.2f}%")
+            print(
+                f"step {step:5d}/{num_steps} | loss {loss_v:.4f} | lrm {lrm:.3f} | {dt * 1000:.0f} ms | "
+                f"{tps:,.0f} tok/s | mfu {100 * mfu(flops_per_token, tps, peak):.2f}%"
+            )
         if cfg.stop_after > 0 and step + 1 >= cfg.stop_after and step + 1 < num_steps:
-            bar.close(); save(step + 1)
+            bar.close()
+            save(step + 1)
             print0(f"stopped after step {step + 1} of {num_steps} (stop_after); resume with --resume true")
             return dict(history=history, stopped_at=step + 1, checkpoint=str(ckpt_dir))
-        if cfg.save_every > 0 and (step + 1) % cfg.save_every == 0 and step + 1 < num_steps: save(step + 1)
+        if cfg.save_every > 0 and (step + 1) % cfg.save_every == 0 and step + 1 < num_steps:
+            save(step + 1)
     bar.close()
     save(num_steps)
-    tps = tok_seen / t_train if t_train > 0 else None   # None (JSON null) when no step after the first was timed
-    result = dict(history=history, final_val_bpb=val_exact["bpb"], val_exact=val_exact, tok_per_s=tps,
-                  mfu=mfu(flops_per_token, tps, peak) if tps else None, n_params=n_params, num_steps=num_steps,
-                  tokens_per_step=tokens_per_step, checkpoint=str(ckpt_dir), model_config=asdict(gcfg), moe=moe)
+    tps = tok_seen / t_train if t_train > 0 else None  # None (JSON null) when no step after the first was timed
+    result = dict(
+        history=history,
+        final_val_bpb=val_exact["bpb"],
+        val_exact=val_exact,
+        tok_per_s=tps,
+        mfu=mfu(flops_per_token, tps, peak) if tps else None,
+        n_params=n_params,
+        num_steps=num_steps,
+        tokens_per_step=tokens_per_step,
+        checkpoint=str(ckpt_dir),
+        model_config=asdict(gcfg),
+        moe=moe,
+    )
     # replicas never diverge: every dp rank that holds full parameters (or the same tp shard / stage) holds the same ones
     held = torch.nn.ModuleList(pipe.stages) if pipe else model
     result["replica_max_diff"] = replicas_max_diff(held, dp_group) if mode != "fsdp2" and dp_size > 1 else 0.0
@@ -700,19 +1071,28 @@ def train(cfg: TrainConfig) -> dict:
         # and the best context-free token model (token frequencies from up to 5M chars of train)
         train_docs, n = [], 0
         for d in iter_documents("train", data_dir=data_dir, epochs=1):
-            train_docs.append(d); n += len(d)
-            if n > 5_000_000: break
+            train_docs.append(d)
+            n += len(d)
+            if n > 5_000_000:
+                break
         result["unigram_token_bpb"] = unigram_token_bpb(tok, train_docs, val_docs)
         rate = f"{tps:,.0f} tok/s | MFU {100 * result['mfu']:.2f}%" if tps else "no step timed (tok/s n/a)"
         _save_plot(history, ckpt_dir / "loss.png")
-        (ckpt_dir / "train_result.json").write_text(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1))
-        print0(f"done: val bpb {result['final_val_bpb']:.4f} | baselines on the same val split: unigram bytes "
-               f"{result['unigram_byte_bpb']:.4f}, unigram tokens {result['unigram_token_bpb']:.4f} | "
-               f"{rate} | checkpoint {ckpt_dir}")
+        (ckpt_dir / "train_result.json").write_text(
+            json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1)
+        )
+        print0(
+            f"done: val bpb {result['final_val_bpb']:.4f} | baselines on the same val split: unigram bytes "
+            f"{result['unigram_byte_bpb']:.4f}, unigram tokens {result['unigram_token_bpb']:.4f} | "
+            f"{rate} | checkpoint {ckpt_dir}"
+        )
     return result
 
 # %% ../nbs/11_train.ipynb #2777a0e9
-main = cli_from_dataclass(TrainConfig, train, cleanup=dist_cleanup, doc="Pretrain a nanolit GPT (one process, or every rank under torchrun).")
+main = cli_from_dataclass(
+    TrainConfig, train, cleanup=dist_cleanup, doc="Pretrain a nanolit GPT (one process, or every rank under torchrun)."
+)
 
 # %% ../nbs/11_train.ipynb #d0965abb
-if __name__ == "__main__": main()
+if __name__ == "__main__":
+    main()

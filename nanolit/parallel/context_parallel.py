@@ -20,18 +20,23 @@ __all__ = ['cp_padded_len', 'cp_chunks', 'cp_positions', 'cp_shard', 'cp_unshard
 # %% ../../nbs/06f_context_parallel.ipynb #daa27966
 def cp_padded_len(T: int, W: int) -> int:
     "Sequence length T_p (int, tokens) after padding T at the end to a multiple of 2W (two chunks per rank). ValueError if T or W < 1."
-    if T < 1 or W < 1: raise ValueError(f"need T >= 1 and W >= 1, got T={T}, W={W}")
+    if T < 1 or W < 1:
+        raise ValueError(f"need T >= 1 and W >= 1, got T={T}, W={W}")
     return -(-T // (2 * W)) * 2 * W
+
 
 def cp_chunks(rank: int, W: int) -> tuple[int, int]:
     "The head-tail chunk indices of `rank` among 2W chunks: (rank, 2W-1-rank). ValueError unless 0 <= rank < W."
-    if not 0 <= rank < W: raise ValueError(f"rank {rank} not in [0, {W})")
+    if not 0 <= rank < W:
+        raise ValueError(f"rank {rank} not in [0, {W})")
     return rank, 2 * W - 1 - rank
+
 
 def cp_positions(T: int, rank: int, W: int, device=None) -> Tensor:
     "Global positions (int64, length T_p/W) of the rows `rank` holds for a sequence of T tokens (padding included, >= T)."
     c = cp_padded_len(T, W) // (2 * W)
     return torch.cat([torch.arange(i * c, (i + 1) * c, device=device) for i in cp_chunks(rank, W)])
+
 
 def cp_shard(x: Tensor, rank: int, W: int, dim: int = 1, pad_value=0) -> Tensor:
     """This rank's head-tail share of `x` along `dim`: x (..., T, ...) -> (..., T_p/W, ...), T_p = `cp_padded_len(T, W)`,
@@ -39,9 +44,11 @@ def cp_shard(x: Tensor, rank: int, W: int, dim: int = 1, pad_value=0) -> Tensor:
     T = x.size(dim)
     pad = cp_padded_len(T, W) - T
     if pad:
-        shape = list(x.shape); shape[dim] = pad
+        shape = list(x.shape)
+        shape[dim] = pad
         x = torch.cat([x, x.new_full(shape, pad_value)], dim)
     return x.index_select(dim, cp_positions(T, rank, W, device=x.device))
+
 
 def cp_unshard(shards: list[Tensor], T: int, dim: int = 1) -> Tensor:
     """Inverse of `cp_shard`: the shards of ranks 0..W-1 in order, each (..., T_p/W, ...) -> the full (..., T, ...)
@@ -57,12 +64,18 @@ def chunk_visible(a: int, b: int, c: int, window: int | None) -> bool:
     causal mask and, if `window` is not None, a sliding window (query p sees keys p-window < j <= p)."""
     return b <= a and (window is None or (a - b) * c - (c - 1) < window)
 
+
 def cp_schedule(rank: int, W: int, c: int, window: int | None = None) -> list[tuple[int, int, int]]:
     """Blocks `rank` of `W` computes, in order: (ring step s in [0, W), local query chunk 0/1, local key chunk 0/1); at
     step s it holds rank (rank-s)%W's K/V. `c`: chunk length in tokens; `window` as in `chunk_visible`."""
     mine = cp_chunks(rank, W)
-    return [(s, i, j) for s in range(W) for i in range(2) for j in range(2)
-            if chunk_visible(mine[i], cp_chunks((rank - s) % W, W)[j], c, window)]
+    return [
+        (s, i, j)
+        for s in range(W)
+        for i in range(2)
+        for j in range(2)
+        if chunk_visible(mine[i], cp_chunks((rank - s) % W, W)[j], c, window)
+    ]
 
 # %% ../../nbs/06f_context_parallel.ipynb #94a8e83d
 def _ring_shift(t: Tensor, group):
@@ -70,8 +83,11 @@ def _ring_shift(t: Tensor, group):
     W, r = dist.get_world_size(group), dist.get_rank(group)
     nxt, prv = dist.get_global_rank(group, (r + 1) % W), dist.get_global_rank(group, (r - 1) % W)
     recv = torch.empty_like(t)
-    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, t.contiguous(), nxt, group), dist.P2POp(dist.irecv, recv, prv, group)])
+    reqs = dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, t.contiguous(), nxt, group), dist.P2POp(dist.irecv, recv, prv, group)]
+    )
     return recv, reqs
+
 
 def _block_mask(rank, src, W, c, i, j, window, device):
     qp = cp_chunks(rank, W)[i] * c + torch.arange(c, device=device)
@@ -79,33 +95,38 @@ def _block_mask(rank, src, W, c, i, j, window, device):
     m = kp[None] <= qp[:, None]
     return m & (kp[None] > qp[:, None] - window) if window is not None else m
 
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, window, group):        # q, k, v: (B, H, 2c, D), contiguous
+    def forward(ctx, q, k, v, window, group):  # q, k, v: (B, H, 2c, D), contiguous
         W, r = (dist.get_world_size(group), dist.get_rank(group)) if group is not None else (1, 0)
         c, scale = q.size(2) // 2, 1 / math.sqrt(q.size(-1))
         sched = cp_schedule(r, W, c, window)
-        adt = torch.promote_types(q.dtype, torch.float32)          # accumulate in fp32 (fp64 for fp64 inputs)
+        adt = torch.promote_types(q.dtype, torch.float32)  # accumulate in fp32 (fp64 for fp64 inputs)
         qf = q.to(adt)
-        acc = torch.zeros_like(qf); m = qf.new_full(q.shape[:3] + (1,), -math.inf); l = qf.new_zeros(q.shape[:3] + (1,))
+        acc = torch.zeros_like(qf)
+        m = qf.new_full(q.shape[:3] + (1,), -math.inf)
+        l = qf.new_zeros(q.shape[:3] + (1,))
         kv = torch.stack([k, v]).to(adt)
         for s in range(W):
             src = (r - s) % W
-            if s < W - 1: nxt, reqs = _ring_shift(kv, group)
-            for (_, i, j) in (b for b in sched if b[0] == s):
+            if s < W - 1:
+                nxt, reqs = _ring_shift(kv, group)
+            for _, i, j in (b for b in sched if b[0] == s):
                 qi, ki = slice(i * c, (i + 1) * c), slice(j * c, (j + 1) * c)
                 sc = (qf[:, :, qi] @ kv[0][:, :, ki].transpose(-2, -1)) * scale
                 sc = sc.masked_fill(~_block_mask(r, src, W, c, i, j, window, q.device), -math.inf)
                 m_new = torch.maximum(m[:, :, qi], sc.amax(-1, keepdim=True))
-                m_safe = m_new.masked_fill(m_new == -math.inf, 0.)
+                m_safe = m_new.masked_fill(m_new == -math.inf, 0.0)
                 p, alpha = torch.exp(sc - m_safe), torch.exp(m[:, :, qi] - m_safe)
                 l[:, :, qi] = l[:, :, qi] * alpha + p.sum(-1, keepdim=True)
                 acc[:, :, qi] = acc[:, :, qi] * alpha + p @ kv[1][:, :, ki]
                 m[:, :, qi] = m_new
             if s < W - 1:
-                for req in reqs: req.wait()
+                for req in reqs:
+                    req.wait()
                 kv = nxt
-        out = acc / l                       # every row sees at least its own position: l > 0
+        out = acc / l  # every row sees at least its own position: l > 0
         lse = m + torch.log(l)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.window, ctx.group, ctx.W, ctx.r = window, group, W, r
@@ -121,10 +142,12 @@ class _RingAttention(torch.autograd.Function):
         qf, do = q.to(adt), dout.to(adt)
         delta = (do * out).sum(-1, keepdim=True)
         dq = torch.zeros_like(qf)
-        buf = torch.stack([k.to(adt), v.to(adt), torch.zeros_like(qf), torch.zeros_like(qf)])   # k, v, dk, dv travel together
+        buf = torch.stack(
+            [k.to(adt), v.to(adt), torch.zeros_like(qf), torch.zeros_like(qf)]
+        )  # k, v, dk, dv travel together
         for s in range(W):
             src = (r - s) % W
-            for (_, i, j) in (b for b in sched if b[0] == s):
+            for _, i, j in (b for b in sched if b[0] == s):
                 qi, ki = slice(i * c, (i + 1) * c), slice(j * c, (j + 1) * c)
                 kb, vb = buf[0][:, :, ki], buf[1][:, :, ki]
                 sc = (qf[:, :, qi] @ kb.transpose(-2, -1)) * scale
@@ -134,11 +157,13 @@ class _RingAttention(torch.autograd.Function):
                 ds = p * (do[:, :, qi] @ vb.transpose(-2, -1) - delta[:, :, qi])
                 dq[:, :, qi] += (ds @ kb) * scale
                 buf[2][:, :, ki] += (ds.transpose(-2, -1) @ qf[:, :, qi]) * scale
-            if W > 1:     # W hops in all bring every block's dk, dv home; the last hop needs only dk, dv
+            if W > 1:  # W hops in all bring every block's dk, dv home; the last hop needs only dk, dv
                 nxt, reqs = _ring_shift(buf if s < W - 1 else buf[2:], group)
-                for req in reqs: req.wait()
+                for req in reqs:
+                    req.wait()
                 buf = nxt if s < W - 1 else torch.cat([buf[:2], nxt])
         return dq.to(q.dtype), buf[2].to(k.dtype), buf[3].to(v.dtype), None, None
+
 
 def ring_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None, group=None) -> Tensor:
     """Causal (optionally sliding-window) attention over a sequence split across the ranks of `group` (the cp group; None
@@ -146,11 +171,17 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None, g
     Tl = T_p / W even. Query at global position p sees keys p-w < j <= p, as `nanolit.attention.attention`.
     Returns (B, Tl, Hq, D) in q's dtype; differentiable (backward by a second ring pass). Ring attention: Liu et al. 2023."""
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or q.shape[:2] != k.shape[:2] or q.size(3) != k.size(3):
-        raise ValueError(f"need q (B,T,Hq,D) and k, v (B,T,Hkv,D) on the same rows; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if q.size(1) % 2: raise ValueError(f"local length {q.size(1)} must be even (two chunks per rank): shard with cp_shard")
-    if q.size(2) % k.size(2): raise ValueError(f"query heads ({q.size(2)}) must be a multiple of key/value heads ({k.size(2)})")
-    if window is not None and (not isinstance(window, int) or window < 1): raise ValueError(f"window must be a positive int or None, got {window!r}")
-    if k.size(2) != q.size(2): k, v = (t.repeat_interleave(q.size(2) // k.size(2), dim=2) for t in (k, v))
+        raise ValueError(
+            f"need q (B,T,Hq,D) and k, v (B,T,Hkv,D) on the same rows; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.size(1) % 2:
+        raise ValueError(f"local length {q.size(1)} must be even (two chunks per rank): shard with cp_shard")
+    if q.size(2) % k.size(2):
+        raise ValueError(f"query heads ({q.size(2)}) must be a multiple of key/value heads ({k.size(2)})")
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive int or None, got {window!r}")
+    if k.size(2) != q.size(2):
+        k, v = (t.repeat_interleave(q.size(2) // k.size(2), dim=2) for t in (k, v))
     o = _RingAttention.apply(*(t.transpose(1, 2).contiguous() for t in (q, k, v)), window, group)
     return o.transpose(1, 2)
 
@@ -159,20 +190,27 @@ class context_parallel:
     """Context manager: run `model` (a nanolit GPT) on this rank's `cp_shard` of a length-T sequence with ring attention
     over `group`. Inside, `model(cp_shard(idx, r, W), cp_shard(targets, r, W, pad_value=-1), loss_reduction="sum")`
     gives this rank's part of the summed loss. Needs T_p = `cp_padded_len(T, W)` <= model.config.sequence_len."""
+
     def __init__(self, model, T: int, group=None):
         self.model, self.T, self.group = model, T, group
         self.W, self.r = (dist.get_world_size(group), dist.get_rank(group)) if group is not None else (1, 0)
         if cp_padded_len(T, self.W) > model.cos.size(0):
-            raise ValueError(f"padded length {cp_padded_len(T, self.W)} exceeds the model's sequence_len {model.cos.size(0)}")
+            raise ValueError(
+                f"padded length {cp_padded_len(T, self.W)} exceeds the model's sequence_len {model.cos.size(0)}"
+            )
+
     def __enter__(self):
         m, pos = self.model, cp_positions(self.T, self.r, self.W, device=self.model.cos.device)
         self.saved = m.cos, m.sin, [b.attn.attn_fn for b in m.blocks]
-        m.cos, m.sin = m.cos[pos], m.sin[pos]          # global positions of this rank's rows
+        m.cos, m.sin = m.cos[pos], m.sin[pos]  # global positions of this rank's rows
         group = self.group
-        for b in m.blocks: b.attn.attn_fn = lambda q, k, v, window: ring_attention(q, k, v, window, group)
+        for b in m.blocks:
+            b.attn.attn_fn = lambda q, k, v, window: ring_attention(q, k, v, window, group)
         return self
+
     def __exit__(self, *exc):
         m = self.model
         m.cos, m.sin, fns = self.saved
-        for b, f in zip(m.blocks, fns): b.attn.attn_fn = f
+        for b, f in zip(m.blocks, fns):
+            b.attn.attn_fn = f
         return False

@@ -21,42 +21,54 @@ __all__ = ['group_size', 'allreduce_gradients', 'broadcast_parameters', 'replica
 # %% ../../nbs/06b_data_parallel.ipynb #b568ae6b
 def group_size(group=None) -> int:
     "Number of ranks (int) in process `group` (the default group if None); 1 when torch.distributed is not initialised."
-    if not (dist.is_available() and dist.is_initialized()): return 1
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
     return dist.get_world_size(group)
+
 
 def _local(t: Tensor) -> Tensor:
     "This rank's tensor behind `t`: a DTensor's local shard (aliasing its storage, so in-place collectives update it), else `t`."
     from torch.distributed.tensor import DTensor
+
     return t.to_local() if isinstance(t, DTensor) else t
+
 
 def allreduce_gradients(params, group=None) -> None:
     """Average `p.grad` over the ranks of `group` in place, one `all_reduce` per parameter (the naive rung).
     Parameters without a gradient are skipped (they must be skipped on every rank). A DTensor gradient (a tensor-parallel
     shard, replicated over `group`) has its local shard averaged. No-op on one rank."""
     world = group_size(group)
-    if world == 1: return
+    if world == 1:
+        return
     for p in params:
-        if p.grad is None: continue
+        if p.grad is None:
+            continue
         g = _local(p.grad)
         dist.all_reduce(g, op=dist.ReduceOp.SUM, group=group)
         g.div_(world)
 
+
 def broadcast_parameters(module: nn.Module, src: int = 0, group=None) -> None:
     """Copy rank `src`'s parameters and buffers to every rank of `group` in place (one `broadcast` each), so all
     replicas start identical (DTensors: their local shards). `src` is a global rank. No-op on one rank; every rank must call it (a collective)."""
-    if group_size(group) == 1: return
+    if group_size(group) == 1:
+        return
     with torch.no_grad():
-        for t in list(module.parameters()) + list(module.buffers()): dist.broadcast(_local(t), src=src, group=group)
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(_local(t), src=src, group=group)
+
 
 def replicas_max_diff(module: nn.Module, group=None) -> float:
     """Largest absolute difference (float, in parameter units) of any parameter element across the ranks of `group`
     (max minus min, via two all-reduces): 0.0 means the replicas agree bit for bit. 0.0 on one rank. A collective."""
-    if group_size(group) == 1: return 0.0
+    if group_size(group) == 1:
+        return 0.0
     worst = 0.0
     with torch.no_grad():
         for p in module.parameters():
             hi, lo = _local(p.detach()).clone(), _local(p.detach()).clone()
-            dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group); dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=group)
+            dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=group)
+            dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=group)
             worst = max(worst, (hi - lo).abs().max().item())
     return worst
 
@@ -73,25 +85,36 @@ class GradBucketer:
     stay alike). `num_collectives` and `bytes_reduced` (payload bytes) count the communication. `remove()` detaches
     the hooks. No hooks and no communication on one rank. Raises ValueError if `bucket_mb <= 0` or a parameter is
     listed twice; RuntimeError if a second synced backward runs before `finish()`."""
+
     def __init__(self, params, group=None, bucket_mb: float = 25.0):
-        if not bucket_mb > 0: raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
+        if not bucket_mb > 0:
+            raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
         self.group, self.world = group, group_size(group)
         self.params = [p for p in params if p.requires_grad]
-        if len({id(p) for p in self.params}) != len(self.params): raise ValueError("a parameter is listed twice")
+        if len({id(p) for p in self.params}) != len(self.params):
+            raise ValueError("a parameter is listed twice")
         cap, self.buckets = bucket_mb * 2**20, []
         for p in reversed(self.params):
             b = self.buckets[-1] if self.buckets else None
-            if b is None or (b and (sum(q.numel() for q in b) + p.numel()) * p.element_size() > cap) \
-                    or b[0].dtype != p.dtype or b[0].device != p.device:
+            if (
+                b is None
+                or (b and (sum(q.numel() for q in b) + p.numel()) * p.element_size() > cap)
+                or b[0].dtype != p.dtype
+                or b[0].device != p.device
+            ):
                 self.buckets.append(b := [])
             b.append(p)
-        self._slot = {}                                   # id(p) -> (bucket index, offset)
+        self._slot = {}  # id(p) -> (bucket index, offset)
         for i, b in enumerate(self.buckets):
             off = 0
-            for p in b: self._slot[id(p)] = (i, off); off += p.numel()
+            for p in b:
+                self._slot[id(p)] = (i, off)
+                off += p.numel()
         self.flat = [torch.zeros(sum(p.numel() for p in b), dtype=b[0].dtype, device=b[0].device) for b in self.buckets]
         self.sync, self.num_collectives, self.bytes_reduced = True, 0, 0
-        self._hooks = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params] if self.world > 1 else []
+        self._hooks = (
+            [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params] if self.world > 1 else []
+        )
         self._reset()
 
     def _reset(self):
@@ -102,43 +125,57 @@ class GradBucketer:
     def no_sync(self):
         "Inside this context backward only accumulates `p.grad` locally (use for all but the last micro-step)."
         prev, self.sync = self.sync, False
-        try: yield
-        finally: self.sync = prev
+        try:
+            yield
+        finally:
+            self.sync = prev
 
     def _on_grad(self, p):
-        if not self.sync: return
-        if id(p) in self._seen: raise RuntimeError("a second synced backward before finish(): wrap earlier micro-steps in no_sync()")
+        if not self.sync:
+            return
+        if id(p) in self._seen:
+            raise RuntimeError("a second synced backward before finish(): wrap earlier micro-steps in no_sync()")
         i, off = self._slot[id(p)]
-        self.flat[i][off:off + p.numel()].copy_(p.grad.reshape(-1))
-        self._seen.add(id(p)); self._pending[i] -= 1
-        while self._next < len(self.buckets) and self._pending[self._next] == 0: self._launch(self._next)
+        self.flat[i][off : off + p.numel()].copy_(p.grad.reshape(-1))
+        self._seen.add(id(p))
+        self._pending[i] -= 1
+        while self._next < len(self.buckets) and self._pending[self._next] == 0:
+            self._launch(self._next)
 
     def _launch(self, i):
         self._works[i] = dist.all_reduce(self.flat[i], op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        self.num_collectives += 1; self.bytes_reduced += self.flat[i].numel() * self.flat[i].element_size()
+        self.num_collectives += 1
+        self.bytes_reduced += self.flat[i].numel() * self.flat[i].element_size()
         self._next = i + 1
 
     @torch.no_grad()
     def finish(self) -> None:
         "Wait for every bucket and write the averaged gradients into `p.grad`. Call once after the last (synced) backward."
-        if self.world == 1 or not self._seen: self._reset(); return
-        for i in range(self._next, len(self.buckets)):     # buckets with a parameter that got no gradient
+        if self.world == 1 or not self._seen:
+            self._reset()
+            return
+        for i in range(self._next, len(self.buckets)):  # buckets with a parameter that got no gradient
             for p in self.buckets[i]:
                 if id(p) not in self._seen:
-                    off = self._slot[id(p)][1]; self.flat[i][off:off + p.numel()].zero_()
+                    off = self._slot[id(p)][1]
+                    self.flat[i][off : off + p.numel()].zero_()
             self._launch(i)
         for i, (b, w) in enumerate(zip(self.buckets, self._works)):
             w.wait()
             self.flat[i].div_(self.world)
             for p in b:
-                off = self._slot[id(p)][1]; avg = self.flat[i][off:off + p.numel()].view_as(p)
-                if p.grad is None: p.grad = avg.clone()
-                else: p.grad.copy_(avg)
+                off = self._slot[id(p)][1]
+                avg = self.flat[i][off : off + p.numel()].view_as(p)
+                if p.grad is None:
+                    p.grad = avg.clone()
+                else:
+                    p.grad.copy_(avg)
         self._reset()
 
     def remove(self) -> None:
         "Detach the gradient hooks (afterwards backward no longer fills the buckets); returns None."
-        for h in self._hooks: h.remove()
+        for h in self._hooks:
+            h.remove()
         self._hooks = []
 
 # %% ../../nbs/06b_data_parallel.ipynb #a9a43fc2
@@ -148,8 +185,10 @@ def wrap_ddp(model: nn.Module, group=None, bucket_mb: float = 25.0, **kwargs) ->
     parameters are broadcast on construction. Buffers are not re-broadcast every forward (`broadcast_buffers=False`:
     ours are derived, like the rotary tables). Extra `kwargs` go to DDP. Raises RuntimeError without an
     initialised process group (on one process, use the model as it is)."""
-    if not (dist.is_available() and dist.is_initialized()): raise RuntimeError("DDP needs an initialised process group")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("DDP needs an initialised process group")
     from torch.nn.parallel import DistributedDataParallel
+
     kwargs.setdefault("broadcast_buffers", False)
     return DistributedDataParallel(model, process_group=group, bucket_cap_mb=bucket_mb, **kwargs)
 
@@ -162,23 +201,31 @@ def shard_layout(numels: list[int], world: int, whole: bool = False) -> tuple[li
     `whole=False` (for element-wise optimizers like AdamW): parameters back to back, the tail zero-padded to a
     multiple of `world`. `whole=True` (for Muon): parameter i goes whole to rank i % world (round-robin), each
     rank's segment padded to the longest. Raises ValueError if `world < 1` or a size is negative."""
-    if world < 1: raise ValueError(f"world must be >= 1, got {world}")
-    if any(n < 0 for n in numels): raise ValueError(f"negative parameter size in {numels}")
+    if world < 1:
+        raise ValueError(f"world must be >= 1, got {world}")
+    if any(n < 0 for n in numels):
+        raise ValueError(f"negative parameter size in {numels}")
     if not whole:
         offsets = [sum(numels[:i]) for i in range(len(numels))]
         return offsets, [-1] * len(numels), -(-sum(numels) // world)
     owners = [i % world for i in range(len(numels))]
     seg_len = [sum(n for n, o in zip(numels, owners) if o == r) for r in range(world)]
     shard, offsets, fill = max(seg_len, default=0), [], [0] * world
-    for n, o in zip(numels, owners): offsets.append(o * shard + fill[o]); fill[o] += n
+    for n, o in zip(numels, owners):
+        offsets.append(o * shard + fill[o])
+        fill[o] += n
     return offsets, owners, shard
 
 # %% ../../nbs/06b_data_parallel.ipynb #c0d1ddb9
 def _reduce_scatter(out: Tensor, inp: Tensor, group) -> None:
-    (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(out, inp, op=dist.ReduceOp.SUM, group=group)
+    (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(
+        out, inp, op=dist.ReduceOp.SUM, group=group
+    )
+
 
 def _all_gather(out: Tensor, inp: Tensor, group) -> None:
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp, group=group)
+
 
 class ZeroMuonAdamW:
     """ZeRO-1 (Rajbhandari et al. 2020) `MuonAdamW` over the data-parallel `group`: same param groups, same
@@ -193,29 +240,37 @@ class ZeroMuonAdamW:
     all-gathers the parameters. A gradient that is None counts as zero (unlike `MuonAdamW`, which skips it), so that
     all ranks issue the same collectives. Every parameter of a group must share dtype and device (ValueError).
     `comm_bytes` counts the payload bytes passed to collectives; `state_bytes()` the optimizer state on this rank."""
+
     def __init__(self, param_groups, group=None):
         if isinstance(param_groups, MuonAdamW):
-            if param_groups.state: raise ValueError("shard a MuonAdamW before its first step (resharding state is 07_checkpoint's job)")
+            if param_groups.state:
+                raise ValueError("shard a MuonAdamW before its first step (resharding state is 07_checkpoint's job)")
             base = param_groups
-        else: base = MuonAdamW(param_groups)
+        else:
+            base = MuonAdamW(param_groups)
         self.param_groups, self.defaults = base.param_groups, base.defaults
         self.group, self.world = group, group_size(group)
         self.rank = dist.get_rank(group) if self.world > 1 else 0
         self.layouts = []
         for g in self.param_groups:
             ps = g["params"]
-            if len({(p.dtype, p.device) for p in ps}) > 1: raise ValueError(f"param group {g.get('name', '')!r} mixes dtypes or devices")
+            if len({(p.dtype, p.device) for p in ps}) > 1:
+                raise ValueError(f"param group {g.get('name', '')!r} mixes dtypes or devices")
             offsets, owners, shard = shard_layout([p.numel() for p in ps], self.world, whole=g["kind"] == "muon")
             self.layouts.append(dict(offsets=offsets, owners=owners, shard=shard))
-        self.state = [{} for _ in self.param_groups]   # per group: AdamW -> one shard state; Muon -> {param index: state}
+        self.state = [
+            {} for _ in self.param_groups
+        ]  # per group: AdamW -> one shard state; Muon -> {param index: state}
         self.comm_bytes, self._grad_shards = 0, None
 
     def _span(self, gi):
         "(offset, param) pairs of group `gi` overlapping this rank's shard, with the overlap [a, b) in buffer coordinates."
-        lo = self.rank * self.layouts[gi]["shard"]; hi = lo + self.layouts[gi]["shard"]
+        lo = self.rank * self.layouts[gi]["shard"]
+        hi = lo + self.layouts[gi]["shard"]
         for p, off in zip(self.param_groups[gi]["params"], self.layouts[gi]["offsets"]):
             a, b = max(off, lo), min(off + p.numel(), hi)
-            if a < b: yield p, off, a - lo, b - lo
+            if a < b:
+                yield p, off, a - lo, b - lo
 
     @torch.no_grad()
     def reduce_gradients(self) -> None:
@@ -226,10 +281,14 @@ class ZeroMuonAdamW:
             p0, W, S = g["params"][0], self.world, L["shard"]
             flat = torch.zeros(W * S, dtype=p0.dtype, device=p0.device)
             for p, off in zip(g["params"], L["offsets"]):
-                if p.grad is not None: flat[off:off + p.numel()].copy_(p.grad.reshape(-1))
-            if W == 1: self._grad_shards.append(flat); continue
+                if p.grad is not None:
+                    flat[off : off + p.numel()].copy_(p.grad.reshape(-1))
+            if W == 1:
+                self._grad_shards.append(flat)
+                continue
             shard = torch.empty(S, dtype=p0.dtype, device=p0.device)
-            _reduce_scatter(shard, flat, self.group); shard.div_(W)
+            _reduce_scatter(shard, flat, self.group)
+            shard.div_(W)
             self.comm_bytes += flat.numel() * flat.element_size()
             self._grad_shards.append(shard)
 
@@ -238,13 +297,16 @@ class ZeroMuonAdamW:
         """Scale the reduced gradient shards so their global L2 norm is at most `max_norm` (torch's rule:
         coefficient min(1, max_norm / (norm + 1e-6))); returns the norm before clipping (0-D, fp64 if any gradient is,
         else fp32: the rule of `clip_grad_norm_`; the same on all ranks)."""
-        if self._grad_shards is None: self.reduce_gradients()
+        if self._grad_shards is None:
+            self.reduce_gradients()
         acc = torch.float64 if any(s.dtype == torch.float64 for s in self._grad_shards) else torch.float32
         sq = torch.stack([s.to(acc).pow(2).sum() for s in self._grad_shards]).sum()
-        if self.world > 1: dist.all_reduce(sq, group=self.group)
+        if self.world > 1:
+            dist.all_reduce(sq, group=self.group)
         total = sq.sqrt()
         coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-        for s in self._grad_shards: s.mul_(coef.to(s.dtype))
+        for s in self._grad_shards:
+            s.mul_(coef.to(s.dtype))
         return total
 
     @torch.no_grad()
@@ -254,32 +316,52 @@ class ZeroMuonAdamW:
         Returns `closure()`'s loss or None. A collective: every rank of the group must call it."""
         loss = None
         if closure is not None:
-            with torch.enable_grad(): loss = closure()
-        if self._grad_shards is None: self.reduce_gradients()
+            with torch.enable_grad():
+                loss = closure()
+        if self._grad_shards is None:
+            self.reduce_gradients()
         for gi, (g, L, gs) in enumerate(zip(self.param_groups, self.layouts, self._grad_shards)):
             S = L["shard"]
             p_shard = torch.zeros_like(gs)
-            for p, off, a, b in self._span(gi):       # this rank's slice of the current parameters
+            for p, off, a, b in self._span(gi):  # this rank's slice of the current parameters
                 lo = self.rank * S
-                p_shard[a:b].copy_(p.detach().reshape(-1)[a + lo - off: b + lo - off])
+                p_shard[a:b].copy_(p.detach().reshape(-1)[a + lo - off : b + lo - off])
             if g["kind"] == "adamw":
                 b1, b2 = g["betas"]
-                adamw_update_(p_shard, gs, self.state[gi], lr=g["lr"], beta1=b1, beta2=b2, eps=g["eps"],
-                              weight_decay=g["weight_decay"])
+                adamw_update_(
+                    p_shard,
+                    gs,
+                    self.state[gi],
+                    lr=g["lr"],
+                    beta1=b1,
+                    beta2=b2,
+                    eps=g["eps"],
+                    weight_decay=g["weight_decay"],
+                )
             else:
                 for i, (p, off) in enumerate(zip(g["params"], L["offsets"])):
-                    if L["owners"][i] != self.rank: continue
+                    if L["owners"][i] != self.rank:
+                        continue
                     a = off - self.rank * S
-                    muon_step_(p_shard[a:a + p.numel()].view_as(p), gs[a:a + p.numel()].view_as(p),
-                               self.state[gi].setdefault(i, {}), lr=g["lr"], momentum=g["momentum"],
-                               weight_decay=g["weight_decay"], nesterov=g["nesterov"], ns_steps=g["ns_steps"],
-                               method=g["method"])
+                    muon_step_(
+                        p_shard[a : a + p.numel()].view_as(p),
+                        gs[a : a + p.numel()].view_as(p),
+                        self.state[gi].setdefault(i, {}),
+                        lr=g["lr"],
+                        momentum=g["momentum"],
+                        weight_decay=g["weight_decay"],
+                        nesterov=g["nesterov"],
+                        ns_steps=g["ns_steps"],
+                        method=g["method"],
+                    )
             if self.world > 1:
                 full = torch.empty(self.world * S, dtype=gs.dtype, device=gs.device)
                 _all_gather(full, p_shard, self.group)
                 self.comm_bytes += full.numel() * full.element_size()
-            else: full = p_shard
-            for p, off in zip(g["params"], L["offsets"]): p.copy_(full[off:off + p.numel()].view_as(p))
+            else:
+                full = p_shard
+            for p, off in zip(g["params"], L["offsets"]):
+                p.copy_(full[off : off + p.numel()].view_as(p))
         self._grad_shards = None
         return loss
 
@@ -287,40 +369,65 @@ class ZeroMuonAdamW:
         "Clear `p.grad` of every parameter (set to None, or zero it in place with `set_to_none=False`), as torch optimizers do."
         for g in self.param_groups:
             for p in g["params"]:
-                if p.grad is None: continue
-                if set_to_none: p.grad = None
-                else: p.grad.zero_()
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
 
     def state_bytes(self) -> int:
         "Bytes (int) of optimizer state tensors held by this rank: about 1/W of the unsharded optimizer's."
+
         def walk(x):
-            if isinstance(x, Tensor): return x.numel() * x.element_size()
-            if isinstance(x, dict): return sum(walk(v) for v in x.values())
+            if isinstance(x, Tensor):
+                return x.numel() * x.element_size()
+            if isinstance(x, dict):
+                return sum(walk(v) for v in x.values())
             return 0
+
         return sum(walk(s) for s in self.state)
 
     def state_dict(self) -> dict:
         """This rank's shard of the state plus the metadata to interpret it: {"zero": {rank, world_size, layouts,
         shapes, kinds}, "state": per group state (AdamW: step/exp_avg/exp_avg_sq of shape (shard,); Muon: {param
         index: {momentum_buffer}} for this rank's matrices), "param_groups": hyperparameters without params}."""
-        meta = dict(rank=self.rank, world_size=self.world, layouts=self.layouts,
-                    shapes=[[tuple(p.shape) for p in g["params"]] for g in self.param_groups],
-                    kinds=[g["kind"] for g in self.param_groups])
-        return dict(zero=meta, state=[{k: (v.clone() if isinstance(v, Tensor) else {n: t.clone() for n, t in v.items()})
-                                       for k, v in s.items()} for s in self.state],
-                    param_groups=[{k: v for k, v in g.items() if k != "params"} for g in self.param_groups])
+        meta = dict(
+            rank=self.rank,
+            world_size=self.world,
+            layouts=self.layouts,
+            shapes=[[tuple(p.shape) for p in g["params"]] for g in self.param_groups],
+            kinds=[g["kind"] for g in self.param_groups],
+        )
+        return dict(
+            zero=meta,
+            state=[
+                {
+                    k: (v.clone() if isinstance(v, Tensor) else {n: t.clone() for n, t in v.items()})
+                    for k, v in s.items()
+                }
+                for s in self.state
+            ],
+            param_groups=[{k: v for k, v in g.items() if k != "params"} for g in self.param_groups],
+        )
 
     def load_state_dict(self, sd: dict) -> None:
         "Load a `state_dict()` saved at the same world size, rank and parameter shapes (else ValueError)."
         m = sd["zero"]
         if (m["world_size"], m["rank"]) != (self.world, self.rank):
-            raise ValueError(f"state saved by rank {m['rank']} of {m['world_size']}, this is rank {self.rank} of "
-                             f"{self.world}: reshard it through a full state first")
+            raise ValueError(
+                f"state saved by rank {m['rank']} of {m['world_size']}, this is rank {self.rank} of "
+                f"{self.world}: reshard it through a full state first"
+            )
         if m["shapes"] != [[tuple(p.shape) for p in g["params"]] for g in self.param_groups]:
             raise ValueError("saved parameter shapes differ from this optimizer's")
-        self.state = [{k: (v.clone() if isinstance(v, Tensor) else {n: t.clone() for n, t in v.items()})
-                       for k, v in s.items()} for s in sd["state"]]
-        for g, h in zip(self.param_groups, sd["param_groups"]): g.update(h)
+        self.state = [
+            {k: (v.clone() if isinstance(v, Tensor) else {n: t.clone() for n, t in v.items()}) for k, v in s.items()}
+            for s in sd["state"]
+        ]
+        for g, h in zip(self.param_groups, sd["param_groups"]):
+            g.update(h)
+
 
 def shard_optimizer(optimizer: MuonAdamW, group=None) -> ZeroMuonAdamW:
     """ZeRO-1 shard a fresh (never stepped) `MuonAdamW` over process `group` (None: the default group): returns a
@@ -337,15 +444,22 @@ def apply_fsdp(model: nn.Module, mesh=None, units=None, reshard_after_forward: b
     parameters' device type). Parameters become `DTensor`s sharded on dim 0. For gradient accumulation call
     `model.set_requires_gradient_sync(False)` before all but the last micro-step. Raises RuntimeError without an
     initialised process group."""
-    if not (dist.is_available() and dist.is_initialized()): raise RuntimeError("FSDP2 needs an initialised process group")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("FSDP2 needs an initialised process group")
     from torch.distributed.fsdp import fully_shard
+
     if mesh is None:
         from torch.distributed.device_mesh import init_device_mesh
+
         mesh = init_device_mesh(next(model.parameters()).device.type, (dist.get_world_size(),))
     if units is None:
-        units = list(model.blocks) if hasattr(model, "blocks") else \
-                [m for m in model.children() if any(True for _ in m.parameters())]
-    for u in units: fully_shard(u, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        units = (
+            list(model.blocks)
+            if hasattr(model, "blocks")
+            else [m for m in model.children() if any(True for _ in m.parameters())]
+        )
+    for u in units:
+        fully_shard(u, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
     return model
 
@@ -356,13 +470,21 @@ def _shard_groups(p: Tensor, g: Tensor, group, sharded: bool) -> tuple:
     a plain tensor tagged `_tp_group` (06c's hand-built tensor-parallel shards) is a piece over that group; any other
     plain tensor is a replica, or with `sharded` a piece over `group`. () means this rank holds the whole gradient."""
     from torch.distributed.tensor import DTensor
+
     if isinstance(g, DTensor):
         if any(pl.is_partial() for pl in g.placements):
-            raise ValueError(f"a gradient of shape {tuple(g.shape)} is a Partial DTensor (unreduced sums): reduce it first")
-        return tuple(g.device_mesh.get_group(i) for i, pl in enumerate(g.placements) if pl.is_shard() and g.device_mesh.size(i) > 1)
+            raise ValueError(
+                f"a gradient of shape {tuple(g.shape)} is a Partial DTensor (unreduced sums): reduce it first"
+            )
+        return tuple(
+            g.device_mesh.get_group(i)
+            for i, pl in enumerate(g.placements)
+            if pl.is_shard() and g.device_mesh.size(i) > 1
+        )
     tp = getattr(p, "_tp_group", None) if getattr(p, "_tp_dim", None) is not None else None
     out = (tp,) if tp is not None and group_size(tp) > 1 else ()
     return out + ((group,) if sharded and group_size(group) > 1 else ())
+
 
 @torch.no_grad()
 def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = False) -> Tensor:
@@ -377,24 +499,30 @@ def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = Fals
     with `sharded=True` a disjoint piece held by each rank of `group`. Every rank must pass the same list of
     parameters (one all-reduce per distinct set of groups). ValueError if `max_norm <= 0` or a gradient is a
     Partial DTensor."""
-    if not max_norm > 0: raise ValueError(f"max_norm must be > 0, got {max_norm}")
-    if isinstance(params, ZeroMuonAdamW): return params.clip_grad_norm_(max_norm)
-    if isinstance(params, Tensor): params = [params]
+    if not max_norm > 0:
+        raise ValueError(f"max_norm must be > 0, got {max_norm}")
+    if isinstance(params, ZeroMuonAdamW):
+        return params.clip_grad_norm_(max_norm)
+    if isinstance(params, Tensor):
+        params = [params]
     pairs = [(p, p.grad) for p in params if p.grad is not None]
-    local = [_local(g) for _, g in pairs]          # scaled in place below: a DTensor's shard aliases its storage
+    local = [_local(g) for _, g in pairs]  # scaled in place below: a DTensor's shard aliases its storage
     acc = torch.float64 if any(g.dtype == torch.float64 for g in local) else torch.float32
     dev = local[0].device if local else "cpu"
-    parts = {}                                     # groups to sum over -> (groups, this rank's sum of squares)
+    parts = {}  # groups to sum over -> (groups, this rank's sum of squares)
     for (p, g), l in zip(pairs, local):
         gs = _shard_groups(p, g, group, sharded)
         key = tuple(id(x) for x in gs)
-        if key not in parts: parts[key] = (gs, torch.zeros((), dtype=acc, device=dev))
+        if key not in parts:
+            parts[key] = (gs, torch.zeros((), dtype=acc, device=dev))
         parts[key][1].add_(l.detach().to(acc).pow(2).sum())
     total = torch.zeros((), dtype=acc, device=dev)
     for gs, sq in parts.values():
-        for x in gs: dist.all_reduce(sq, group=x)
+        for x in gs:
+            dist.all_reduce(sq, group=x)
         total += sq
     total = total.sqrt()
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for l in local: l.mul_(coef.to(l.dtype))
+    for l in local:
+        l.mul_(coef.to(l.dtype))
     return total

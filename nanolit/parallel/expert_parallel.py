@@ -23,12 +23,15 @@ def route(logits: Tensor, top_k: int, renormalize: bool = True):
     Returns (experts (N,k) int64, weights (N,k), probs (N,E) softmax, counts (E,) int64 assignments per expert).
     `weights` are the top-k softmax probabilities, renormalised to sum to 1 when `renormalize`. Raises ValueError if k > E."""
     N, E = logits.shape
-    if not 1 <= top_k <= E: raise ValueError(f"top_k must be in [1, n_experts={E}], got {top_k}")
+    if not 1 <= top_k <= E:
+        raise ValueError(f"top_k must be in [1, n_experts={E}], got {top_k}")
     probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
     weights, experts = probs.topk(top_k, dim=-1)
-    if renormalize: weights = weights / weights.sum(-1, keepdim=True)
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
     counts = torch.bincount(experts.reshape(-1), minlength=E)
     return experts, weights, probs, counts
+
 
 def switch_aux_loss(probs: Tensor, counts: Tensor, top_k: int) -> Tensor:
     "Switch Transformer load-balancing loss (Fedus et al. 2021): E * sum_i f_i P_i, f_i = counts_i/(N k), P_i = mean_t probs[t,i]."
@@ -41,14 +44,15 @@ def grouped_expert_mlp(xs: Tensor, counts: Tensor, w_fc: Tensor, w_proj: Tensor)
     """ReLU^2 MLP of expert e on its group of rows. xs: (M, d) rows sorted by expert, counts: (E,) rows per expert
     (sum = M), w_fc: (E, d, h), w_proj: (E, h, d). Returns (M, d) in xs's dtype. Uses torch.bmm on zero-padded groups."""
     E, M = w_fc.size(0), xs.size(0)
-    if counts.numel() != E or int(counts.sum()) != M: raise ValueError(f"counts {counts.tolist()} must have {E} entries summing to {M}")
+    if counts.numel() != E or int(counts.sum()) != M:
+        raise ValueError(f"counts {counts.tolist()} must have {E} entries summing to {M}")
     C = int(counts.max()) if E else 0
     starts = torch.cumsum(counts, 0) - counts
     expert_of_row = torch.repeat_interleave(torch.arange(E, device=xs.device), counts)
-    slot = torch.arange(M, device=xs.device) - starts[expert_of_row]              # position inside its group
+    slot = torch.arange(M, device=xs.device) - starts[expert_of_row]  # position inside its group
     flat = expert_of_row * C + slot
     d = xs.size(1)
-    xpad = xs.new_zeros(E * C, d).index_copy(0, flat, xs).view(E, C, d)        # C = 0 when no rows at all
+    xpad = xs.new_zeros(E * C, d).index_copy(0, flat, xs).view(E, C, d)  # C = 0 when no rows at all
     h = F.relu(torch.bmm(xpad, w_fc.to(xs.dtype))).square()
     y = torch.bmm(h, w_proj.to(xs.dtype)).view(E * C, w_proj.size(2))
     return y.index_select(0, flat)
@@ -56,22 +60,26 @@ def grouped_expert_mlp(xs: Tensor, counts: Tensor, w_fc: Tensor, w_proj: Tensor)
 # %% ../../nbs/06e_expert_parallel.ipynb #961e7a12
 class _AllToAll(torch.autograd.Function):
     "all_to_all_single along dim 0 with split sizes; backward is the all-to-all with the splits swapped."
+
     @staticmethod
     def forward(ctx, x: Tensor, in_splits: list[int], out_splits: list[int], group) -> Tensor:
         ctx.in_splits, ctx.out_splits, ctx.group = in_splits, out_splits, group
         out = x.new_empty((sum(out_splits),) + tuple(x.shape[1:]))
         dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
         return out
+
     @staticmethod
     def backward(ctx, g: Tensor):
         gi = g.new_empty((sum(ctx.in_splits),) + tuple(g.shape[1:]))
         dist.all_to_all_single(gi, g.contiguous(), ctx.in_splits, ctx.out_splits, group=ctx.group)
         return gi, None, None, None
 
+
 def all_to_all(x: Tensor, in_splits: list[int], out_splits: list[int], group=None) -> Tensor:
     """Differentiable all-to-all of rows: rows [sum(in_splits[:j]), ...+in_splits[j]) go to group rank j; from rank j we
     receive out_splits[j] rows, concatenated in rank order. Uneven and zero splits allowed (works on gloo and nccl)."""
     return _AllToAll.apply(x, list(map(int, in_splits)), list(map(int, out_splits)), group)
+
 
 class MoE(nn.Module):
     """Mixture-of-experts ReLU^2 MLP, dropless top-k routing (Switch/GShard/Mixtral family). x: (..., d) -> (..., d).
@@ -81,15 +89,34 @@ class MoE(nn.Module):
     whose mean over the group is the loss of all the group's tokens (with equal token counts per rank); with
     `aux_scope="local"` the counts f_i are this rank's own, so the loss is that of this rank's batch alone (Switch's
     per-device convention; what `nanolit.train` uses, so a run is the same at any ep). ValueError on bad sizes."""
-    def __init__(self, d: int, hidden: int, n_experts: int, top_k: int, renormalize: bool = True, group=None,
-                 aux_scope: str = "group"):
+
+    def __init__(
+        self,
+        d: int,
+        hidden: int,
+        n_experts: int,
+        top_k: int,
+        renormalize: bool = True,
+        group=None,
+        aux_scope: str = "group",
+    ):
         super().__init__()
         W = dist.get_world_size(group) if group is not None else 1
-        if n_experts < 1 or not 1 <= top_k <= n_experts: raise ValueError(f"need 1 <= top_k ({top_k}) <= n_experts ({n_experts})")
-        if n_experts % W: raise ValueError(f"n_experts ({n_experts}) must be divisible by the ep size ({W})")
-        if aux_scope not in ("group", "local"): raise ValueError(f"aux_scope must be 'group' or 'local', got {aux_scope!r}")
+        if n_experts < 1 or not 1 <= top_k <= n_experts:
+            raise ValueError(f"need 1 <= top_k ({top_k}) <= n_experts ({n_experts})")
+        if n_experts % W:
+            raise ValueError(f"n_experts ({n_experts}) must be divisible by the ep size ({W})")
+        if aux_scope not in ("group", "local"):
+            raise ValueError(f"aux_scope must be 'group' or 'local', got {aux_scope!r}")
         self.aux_scope = aux_scope
-        self.d, self.hidden, self.n_experts, self.top_k, self.renormalize, self.group = d, hidden, n_experts, top_k, renormalize, group
+        self.d, self.hidden, self.n_experts, self.top_k, self.renormalize, self.group = (
+            d,
+            hidden,
+            n_experts,
+            top_k,
+            renormalize,
+            group,
+        )
         self.ep, self.ep_rank = W, (dist.get_rank(group) if group is not None else 0)
         self.n_local = n_experts // W
         self.router = nn.Linear(d, n_experts, bias=False)
@@ -101,7 +128,9 @@ class MoE(nn.Module):
     def init_weights(self):
         "Router and w_fc uniform(+-sqrt(3/d)) (std 1/sqrt(d)); w_proj zero, so the layer starts as 0 (like the dense MLP in 04)."
         a = math.sqrt(3 / self.d)
-        nn.init.uniform_(self.router.weight, -a, a); nn.init.uniform_(self.w_fc, -a, a); nn.init.zeros_(self.w_proj)
+        nn.init.uniform_(self.router.weight, -a, a)
+        nn.init.uniform_(self.w_fc, -a, a)
+        nn.init.zeros_(self.w_proj)
 
     @classmethod
     def from_dense(cls, moe: "MoE", group) -> "MoE":
@@ -110,7 +139,8 @@ class MoE(nn.Module):
         lo = ep.ep_rank * ep.n_local
         with torch.no_grad():
             ep.router.weight.copy_(moe.router.weight)
-            ep.w_fc.copy_(moe.w_fc[lo:lo + ep.n_local]); ep.w_proj.copy_(moe.w_proj[lo:lo + ep.n_local])
+            ep.w_fc.copy_(moe.w_fc[lo : lo + ep.n_local])
+            ep.w_proj.copy_(moe.w_proj[lo : lo + ep.n_local])
         return ep
 
     def forward(self, x: Tensor) -> Tensor:
@@ -119,11 +149,11 @@ class MoE(nn.Module):
         expert, summed over the ep group). Under ep a collective: every rank of `group` must call it."""
         shape, x = x.shape, x.reshape(-1, x.size(-1))
         N, k, E = x.size(0), self.top_k, self.n_experts
-        rdt = torch.promote_types(x.dtype, torch.float32)          # the router runs in fp32 (fp64 if x is fp64)
+        rdt = torch.promote_types(x.dtype, torch.float32)  # the router runs in fp32 (fp64 if x is fp64)
         experts, weights, probs, counts = route(F.linear(x.to(rdt), self.router.weight.to(rdt)), k, self.renormalize)
         flat_e = experts.reshape(-1)
-        order = torch.argsort(flat_e, stable=True)                 # assignments grouped by expert
-        tok = order // k                                           # token of each sorted assignment
+        order = torch.argsort(flat_e, stable=True)  # assignments grouped by expert
+        tok = order // k  # token of each sorted assignment
         xs = x.index_select(0, tok)
         if self.group is None:
             ys = grouped_expert_mlp(xs, counts, self.w_fc, self.w_proj)
@@ -133,7 +163,7 @@ class MoE(nn.Module):
         self.counts = gcounts
         fc = gcounts if self.aux_scope == "group" else counts
         f = fc.float() / fc.sum().clamp(min=1)
-        self.aux_loss = E * (f * probs.sum(0) / max(N, 1)).sum()     # P_i over this rank's tokens (0 if it has none)
+        self.aux_loss = E * (f * probs.sum(0) / max(N, 1)).sum()  # P_i over this rank's tokens (0 if it has none)
         out = torch.zeros_like(x).index_add(0, tok, ys * weights.reshape(-1)[order, None].to(ys.dtype))
         return out.view(shape)
 
@@ -144,7 +174,8 @@ class MoE(nn.Module):
         recv = torch.empty_like(counts)
         dist.all_to_all_single(recv, counts.contiguous(), group=g)
         recv = recv.view(W, L)
-        gcounts = counts.clone(); dist.all_reduce(gcounts, group=g)   # for the aux loss (no gradient)
+        gcounts = counts.clone()
+        dist.all_reduce(gcounts, group=g)  # for the aux loss (no gradient)
         send_splits = counts.view(W, L).sum(1).tolist()
         recv_splits = recv.sum(1).tolist()
         # 2. tokens out, grouped (source rank, local expert); regroup to (local expert, source rank)
@@ -152,13 +183,20 @@ class MoE(nn.Module):
         chunk_of_row = torch.repeat_interleave(torch.arange(W * L, device=xs.device), recv.reshape(-1))
         perm = torch.argsort((chunk_of_row % L) * W + chunk_of_row // L, stable=True)
         ye = grouped_expert_mlp(xr.index_select(0, perm), recv.sum(0), self.w_fc, self.w_proj)
-        yr = torch.empty_like(ye).index_copy(0, perm, ye)                                # back to (source, expert) order
+        yr = torch.empty_like(ye).index_copy(0, perm, ye)  # back to (source, expert) order
         # 3. results back along the reverse route
         return all_to_all(yr, recv_splits, send_splits, g), gcounts
 
 # %% ../../nbs/06e_expert_parallel.ipynb #85faccbb
-def moeify(model: nn.Module, n_experts: int, top_k: int, hidden: int | None = None, renormalize: bool = True, group=None,
-           aux_scope: str = "group") -> nn.Module:
+def moeify(
+    model: nn.Module,
+    n_experts: int,
+    top_k: int,
+    hidden: int | None = None,
+    renormalize: bool = True,
+    group=None,
+    aux_scope: str = "group",
+) -> nn.Module:
     """Replace `block.mlp` of every block in `model.blocks` by a `MoE` (hidden width `hidden`, default 4 * n_embd) with
     n_experts experts, top_k routing, `aux_scope` (see `MoE`) and, if `group` is given, expert parallelism over it. New layers are built on the
     device of the old MLP and initialised by `MoE.init_weights`. Returns the model (modified in place)."""
@@ -167,6 +205,7 @@ def moeify(model: nn.Module, n_experts: int, top_k: int, hidden: int | None = No
         dev = b.mlp.c_fc.weight.device
         b.mlp = MoE(d, hidden or 4 * d, n_experts, top_k, renormalize, group, aux_scope).to(dev)
     return model
+
 
 def moe_aux_loss(model: nn.Module) -> Tensor:
     """Sum (0-D tensor, fp32 on the model's device) of the `aux_loss` of every `MoE` layer in `model` from its last

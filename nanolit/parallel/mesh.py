@@ -6,7 +6,13 @@ Docs: https://nanolit.github.io/nanolit/mesh.html.md"""
 
 # %% ../../nbs/06a_mesh.ipynb #28da8196
 from __future__ import annotations
-import os, sys, time, tempfile, traceback, itertools, multiprocessing as mp
+import os
+import sys
+import time
+import tempfile
+import traceback
+import itertools
+import multiprocessing as mp
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,30 +28,37 @@ __all__ = ['MESH_DIMS', 'mesh_sizes', 'rank_grid', 'rank_coords', 'group_members
 # %% ../../nbs/06a_mesh.ipynb #3339cf47
 MESH_DIMS = ("pp", "dp", "ep", "cp", "tp")  # outermost -> innermost
 
+
 def mesh_sizes(world_size: int, pp: int = 1, dp: int = -1, ep: int = 1, cp: int = 1, tp: int = 1) -> dict[str, int]:
     """Sizes of every mesh dim as {"pp", "dp", "ep", "cp", "tp"} -> int (ranks); `dp=-1` takes what is left of
     `world_size`. Raises ValueError if a size is < 1, if `world_size` is not divisible by pp*ep*cp*tp, or if the product
     is not `world_size`. (Axis order as in Megatron-LM / torchtitan.)"""
     fixed = pp * ep * cp * tp
-    if min(pp, ep, cp, tp) < 1: raise ValueError("mesh sizes must be >= 1 (dp may be -1 to infer)")
+    if min(pp, ep, cp, tp) < 1:
+        raise ValueError("mesh sizes must be >= 1 (dp may be -1 to infer)")
     if dp == -1:
-        if world_size % fixed: raise ValueError(f"world size {world_size} is not divisible by pp*ep*cp*tp = {fixed}")
+        if world_size % fixed:
+            raise ValueError(f"world size {world_size} is not divisible by pp*ep*cp*tp = {fixed}")
         dp = world_size // fixed
     if dp * fixed != world_size:
-        raise ValueError(f"pp*dp*ep*cp*tp = {pp}*{dp}*{ep}*{cp}*{tp} = {dp*fixed} != world size {world_size}")
+        raise ValueError(f"pp*dp*ep*cp*tp = {pp}*{dp}*{ep}*{cp}*{tp} = {dp * fixed} != world size {world_size}")
     return dict(pp=pp, dp=dp, ep=ep, cp=cp, tp=tp)
+
 
 def rank_grid(sizes: dict[str, int]) -> np.ndarray:
     """The ranks laid out as an int64 numpy array of shape `[sizes[d] for d in MESH_DIMS]` (row-major, `tp` fastest):
     `grid[coords] == rank`."""
     return np.arange(int(np.prod([sizes[d] for d in MESH_DIMS]))).reshape([sizes[d] for d in MESH_DIMS])
 
+
 def rank_coords(rank: int, sizes: dict[str, int]) -> dict[str, int]:
     """Coordinates of `rank` along every mesh dim, {"pp": i, "dp": j, ...} with 0 <= coordinate < size.
     ValueError if `rank` is not in [0, world size)."""
     idx = np.argwhere(rank_grid(sizes) == rank)
-    if len(idx) != 1: raise ValueError(f"rank {rank} is not in a mesh of {int(np.prod(list(sizes.values())))} ranks")
+    if len(idx) != 1:
+        raise ValueError(f"rank {rank} is not in a mesh of {int(np.prod(list(sizes.values())))} ranks")
     return dict(zip(MESH_DIMS, map(int, idx[0])))
+
 
 def group_members(rank: int, dim: str, sizes: dict[str, int]) -> list[int]:
     """The global ranks (ascending list of `sizes[dim]` ints, `rank` among them) in `rank`'s group along `dim`: all
@@ -59,35 +72,44 @@ def group_members(rank: int, dim: str, sizes: dict[str, int]) -> list[int]:
 @dataclass
 class Mesh:
     "This rank's view of the device mesh: sizes and coordinates per dim, and process groups for dims of size > 1."
+
     sizes: dict[str, int]
     rank: int = 0
     device_type: str = "cpu"
-    device_mesh: object = None   # torch DeviceMesh over the dims of size > 1 (None on one process)
+    device_mesh: object = None  # torch DeviceMesh over the dims of size > 1 (None on one process)
 
     @property
     def world_size(self) -> int:
         "Total number of ranks: the product of all dim sizes."
         return int(np.prod(list(self.sizes.values())))
+
     @property
     def coords(self) -> dict[str, int]:
         "This rank's coordinate along every dim (`rank_coords`)."
         return rank_coords(self.rank, self.sizes)
+
     def size(self, dim: str) -> int:
         "Number of ranks along `dim` (1 if that parallelism is off). KeyError for an unknown dim."
         return self.sizes[dim]
+
     def local_rank(self, dim: str) -> int:
         "This rank's index in its `dim` group, in [0, size(dim)) (e.g. the data shard for 'dp', the stage for 'pp')."
         return self.coords[dim]
+
     def members(self, dim: str) -> list[int]:
         "Global ranks of this rank's group along `dim`, ascending (`group_members`); [rank] when size(dim) == 1."
         return group_members(self.rank, dim, self.sizes)
+
     def group(self, dim: str):
         "The process group along `dim`, or None when that dim has size 1 (nothing to communicate)."
-        if self.sizes[dim] == 1: return None
+        if self.sizes[dim] == 1:
+            return None
         return self.device_mesh.get_group(dim)
+
     def __repr__(self):
         s = " x ".join(f"{d}={self.sizes[d]}" for d in MESH_DIMS if self.sizes[d] > 1) or "single process"
         return f"Mesh({s}; rank {self.rank} at {self.coords})"
+
 
 def init_mesh(pp: int = 1, dp: int = -1, ep: int = 1, cp: int = 1, tp: int = 1, device_type: str | None = None) -> Mesh:
     """Build the `Mesh` over all ranks of the default process group (or the one-process mesh), with one torch
@@ -98,8 +120,10 @@ def init_mesh(pp: int = 1, dp: int = -1, ep: int = 1, cp: int = 1, tp: int = 1, 
     sizes = mesh_sizes(world, pp=pp, dp=dp, ep=ep, cp=cp, tp=tp)
     dm = None
     if world > 1:
-        if not dist.is_initialized(): raise RuntimeError("world size > 1 but no process group: call nanolit.core.dist_init() first")
+        if not dist.is_initialized():
+            raise RuntimeError("world size > 1 but no process group: call nanolit.core.dist_init() first")
         from torch.distributed.device_mesh import init_device_mesh
+
         names = tuple(d for d in MESH_DIMS if sizes[d] > 1)
         dm = init_device_mesh(device_type, tuple(sizes[d] for d in names), mesh_dim_names=names)
     return Mesh(sizes, rank, device_type, dm)
@@ -120,10 +144,14 @@ def _worker(fn, rank, world_size, tmp, args, kwargs, backend):
         code = 1
     finally:
         try:
-            if dist.is_initialized(): dist.destroy_process_group()
-        except Exception: pass
-        sys.stdout.flush(); sys.stderr.flush()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
+
 
 def run_distributed(fn, world_size: int, *args, timeout: float = 120, backend: str = "gloo", **kwargs) -> list:
     """Run `fn(*args, **kwargs)` on `world_size` forked ranks with an initialised process group (gloo on CPU);
@@ -131,24 +159,34 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 120, backend: s
     Raises RuntimeError with the failing rank's traceback, TimeoutError after `timeout` seconds (all ranks killed)."""
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="nanolit_dist_") as tmp:
-        procs = [ctx.Process(target=_worker, args=(fn, r, world_size, tmp, args, kwargs, backend), daemon=True)
-                 for r in range(world_size)]
-        for p in procs: p.start()
+        procs = [
+            ctx.Process(target=_worker, args=(fn, r, world_size, tmp, args, kwargs, backend), daemon=True)
+            for r in range(world_size)
+        ]
+        for p in procs:
+            p.start()
         deadline = time.monotonic() + timeout
         try:
             while any(p.is_alive() for p in procs):
                 failed = [r for r in range(world_size) if (Path(tmp) / f"error_{r}.txt").exists()]
-                if failed or time.monotonic() > deadline: break
+                if failed or time.monotonic() > deadline:
+                    break
                 time.sleep(0.005)
-            for p in procs: p.join(timeout=0.5 if failed else max(0.0, deadline - time.monotonic()))
+            for p in procs:
+                p.join(timeout=0.5 if failed else max(0.0, deadline - time.monotonic()))
         finally:
             alive = [r for r, p in enumerate(procs) if p.is_alive()]
             for p in procs:
-                if p.is_alive(): p.kill(); p.join()
+                if p.is_alive():
+                    p.kill()
+                    p.join()
         for r in range(world_size):
             e = Path(tmp) / f"error_{r}.txt"
-            if e.exists(): raise RuntimeError(f"rank {r} of {world_size} failed:\n{e.read_text()}")
-        if alive: raise TimeoutError(f"ranks {alive} of {world_size} still running after {timeout}s (deadlock?)")
+            if e.exists():
+                raise RuntimeError(f"rank {r} of {world_size} failed:\n{e.read_text()}")
+        if alive:
+            raise TimeoutError(f"ranks {alive} of {world_size} still running after {timeout}s (deadlock?)")
         for r, p in enumerate(procs):
-            if p.exitcode != 0: raise RuntimeError(f"rank {r} exited with code {p.exitcode} and no traceback")
+            if p.exitcode != 0:
+                raise RuntimeError(f"rank {r} exited with code {p.exitcode} and no traceback")
         return [torch.load(Path(tmp) / f"result_{r}.pt", weights_only=False) for r in range(world_size)]

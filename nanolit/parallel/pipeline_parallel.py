@@ -19,9 +19,14 @@ from torch import Tensor
 from ..core import detect_compute_dtype
 from ..model import GPT, norm
 from .tensor_parallel import vocab_parallel_cross_entropy
-from .tensor_parallel import full_state_dict as tp_full_state_dict, load_full_state_dict as tp_load_full_state_dict
-from .tensor_parallel import (full_optimizer_state_dict as tp_full_optimizer_state_dict,
-                                              load_full_optimizer_state_dict as tp_load_full_optimizer_state_dict)
+from nanolit.parallel.tensor_parallel import (
+    full_state_dict as tp_full_state_dict,
+    load_full_state_dict as tp_load_full_state_dict,
+)
+from nanolit.parallel.tensor_parallel import (
+    full_optimizer_state_dict as tp_full_optimizer_state_dict,
+    load_full_optimizer_state_dict as tp_load_full_optimizer_state_dict,
+)
 
 # %% auto #0
 __all__ = ['FWD_TAG', 'BWD_TAG', 'PIPELINE_SCHEDULES', 'ZERO_BUBBLE', 'stage_layers', 'GPTStage', 'split_model', 'lm_loss',
@@ -36,7 +41,7 @@ def stage_layers(n_layer: int, num_stages: int) -> list[range]:
         raise ValueError(f"need 1 <= num_stages <= n_layer, got num_stages={num_stages}, n_layer={n_layer}")
     q, r = divmod(n_layer, num_stages)
     sizes = [q + (s < r) for s in range(num_stages)]
-    return [range(sum(sizes[:s]), sum(sizes[:s + 1])) for s in range(num_stages)]
+    return [range(sum(sizes[:s]), sum(sizes[: s + 1])) for s in range(num_stages)]
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #602d6732
 class GPTStage(nn.Module):
@@ -48,12 +53,15 @@ class GPTStage(nn.Module):
     stage the fp32 softcapped logits (B,T,V), exactly as `GPT.forward` computes them. A model already made
     tensor-parallel by `nanolit.parallel.tensor_parallel.parallelize` (sp=False) works too: the last stage then returns
     this tp rank's vocabulary slice of the logits and `loss` is the vocab-parallel cross-entropy."""
+
     def __init__(self, model: GPT, stage_index: int, num_stages: int):
         super().__init__()
         c = model.config
-        if not 0 <= stage_index < num_stages: raise ValueError(f"stage_index {stage_index} not in [0, {num_stages})")
+        if not 0 <= stage_index < num_stages:
+            raise ValueError(f"stage_index {stage_index} not in [0, {num_stages})")
         self.config, self.stage_index, self.num_stages = c, stage_index, num_stages
-        if getattr(model, "tp_sp", False): raise ValueError("sequence parallelism is not supported inside pipeline stages; use sp=False")
+        if getattr(model, "tp_sp", False):
+            raise ValueError("sequence parallelism is not supported inside pipeline stages; use sp=False")
         self.tp_group = getattr(model, "tp_group", None)
         self.layers = stage_layers(c.n_layer, num_stages)[stage_index]
         self.is_first, self.is_last = stage_index == 0, stage_index == num_stages - 1
@@ -72,11 +80,14 @@ class GPTStage(nn.Module):
         """Run this stage's layers. `idx` (B,T) int64; `acts` = () on the first stage, else (x, x0), each (B,T,d) in the
         compute dtype. Returns (x, x0) or, on the last stage, fp32 softcapped logits (B,T,V) (this tp rank's vocab slice
         under tp). ValueError if `idx` is not 2-D or a later stage gets other than two activations."""
-        if idx.ndim != 2: raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+        if idx.ndim != 2:
+            raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         dtype = detect_compute_dtype(idx.device.type)
-        if self.is_first: x = x0 = norm(self.wte(idx).to(dtype))
+        if self.is_first:
+            x = x0 = norm(self.wte(idx).to(dtype))
         else:
-            if len(acts) != 2: raise ValueError(f"stage {self.stage_index} expects (x, x0), got {len(acts)} tensors")
+            if len(acts) != 2:
+                raise ValueError(f"stage {self.stage_index} expects (x, x0), got {len(acts)} tensors")
             x, x0 = acts
         T = idx.size(1)
         cos, sin = self.cos[:T], self.sin[:T]
@@ -84,35 +95,47 @@ class GPTStage(nn.Module):
             x = self.resid_lambdas[j].to(dtype) * x + self.x0_lambdas[j].to(dtype) * x0
             ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
             x = self.blocks[str(i)](x, ve, cos, sin, self.windows[j])
-        if not self.is_last: return x, x0
-        logits = (self.lm_head(norm(x)) if self.tp_group is None else self.lm_head(norm(x), seq_len=T))
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))   # fp32 (fp64 for fp64), as GPT's loss
+        if not self.is_last:
+            return x, x0
+        logits = self.lm_head(norm(x)) if self.tp_group is None else self.lm_head(norm(x), seq_len=T)
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for fp64), as GPT's loss
         sc = self.config.logit_softcap
         return sc * torch.tanh(logits / sc)
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
         "Mean token cross-entropy of the last stage's logits against targets (B,T) int64 (-1 ignored); vocab-parallel under tp."
-        if self.tp_group is None: return lm_loss(logits, targets)
+        if self.tp_group is None:
+            return lm_loss(logits, targets)
         return vocab_parallel_cross_entropy(logits, targets, self.tp_group, self.config.vocab_size, ignore_index=-1)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "This stage's parameters by optimizer treatment, as `GPT.param_groups` (matrix, embedding, lm_head, scalar)."
         blocks = [p for b in self.blocks.values() for p in b.parameters()]
-        return dict(matrix=[p for p in blocks if p.ndim >= 2],
-                    embedding=([self.wte.weight] if self.is_first else []) + [e.weight for e in self.value_embeds.values()],
-                    lm_head=[self.lm_head.weight] if self.is_last else [],
-                    scalar=[self.resid_lambdas, self.x0_lambdas] + [p for p in blocks if p.ndim < 2])
+        return dict(
+            matrix=[p for p in blocks if p.ndim >= 2],
+            embedding=([self.wte.weight] if self.is_first else []) + [e.weight for e in self.value_embeds.values()],
+            lm_head=[self.lm_head.weight] if self.is_last else [],
+            scalar=[self.resid_lambdas, self.x0_lambdas] + [p for p in blocks if p.ndim < 2],
+        )
 
-def split_model(model: GPT, pp_rank: int, pp_size: int, stages_per_rank: int = 1, style: str = "loop") -> list[GPTStage]:
+
+def split_model(
+    model: GPT, pp_rank: int, pp_size: int, stages_per_rank: int = 1, style: str = "loop"
+) -> list[GPTStage]:
     """The stages pipeline rank `pp_rank` of `pp_size` runs, the model being cut into pp_size * stages_per_rank.
     style 'loop': rank r holds stages r, r + p, r + 2p, ... (plain when stages_per_rank = 1; interleaved 1F1B);
     style 'v' (stages_per_rank must be 2): stages r and 2p - 1 - r (ZBV). ValueError on bad arguments."""
-    if not 0 <= pp_rank < pp_size: raise ValueError(f"pp_rank {pp_rank} not in [0, {pp_size})")
+    if not 0 <= pp_rank < pp_size:
+        raise ValueError(f"pp_rank {pp_rank} not in [0, {pp_size})")
     n = pp_size * stages_per_rank
-    if style == "loop": ids = [pp_rank + k * pp_size for k in range(stages_per_rank)]
-    elif style == "v" and stages_per_rank == 2: ids = [pp_rank, n - 1 - pp_rank]
-    else: raise ValueError(f"style must be 'loop', or 'v' with stages_per_rank=2; got {style!r}, {stages_per_rank}")
+    if style == "loop":
+        ids = [pp_rank + k * pp_size for k in range(stages_per_rank)]
+    elif style == "v" and stages_per_rank == 2:
+        ids = [pp_rank, n - 1 - pp_rank]
+    else:
+        raise ValueError(f"style must be 'loop', or 'v' with stages_per_rank=2; got {style!r}, {stages_per_rank}")
     return [GPTStage(model, s, n) for s in ids]
+
 
 def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
     "Mean token cross-entropy of fp32 logits (B,T,V) against targets (B,T) int64, -1 ignored (as `GPT.forward`)."
@@ -126,6 +149,7 @@ def _partial_state_dict(stages: list[GPTStage]) -> dict[str, Tensor]:
             out[f"{k}@{st.layers.start}" if k in ("resid_lambdas", "x0_lambdas") else k] = v.detach().cpu().clone()
     return out
 
+
 def _gather_pieces(part: dict[str, Tensor], group) -> dict[str, Tensor]:
     "All-gather this rank's `part` over the pp `group` (None: it is all of them) and concatenate `key@start` slices in layer order."
     parts = [part]
@@ -135,10 +159,15 @@ def _gather_pieces(part: dict[str, Tensor], group) -> dict[str, Tensor]:
     out, pieces = {}, {}
     for p in parts:
         for k, v in p.items():
-            if "@" in k: key, start = k.split("@"); pieces.setdefault(key, {})[int(start)] = v
-            else: out[k] = v
-    for key, by_start in pieces.items(): out[key] = torch.cat([by_start[s] for s in sorted(by_start)])
+            if "@" in k:
+                key, start = k.split("@")
+                pieces.setdefault(key, {})[int(start)] = v
+            else:
+                out[k] = v
+    for key, by_start in pieces.items():
+        out[key] = torch.cat([by_start[s] for s in sorted(by_start)])
     return out
+
 
 def full_state_dict(stages: list[GPTStage], group=None) -> dict[str, Tensor]:
     """The whole model's state dict (the keys and shapes of `GPT.state_dict()`, CPU copies) assembled from every pipeline
@@ -146,23 +175,28 @@ def full_state_dict(stages: list[GPTStage], group=None) -> dict[str, Tensor]:
     Tensor-parallel stages are first gathered over their tp group (a collective there too)."""
     return _gather_pieces(_partial_state_dict(stages), group)
 
+
 @torch.no_grad()
 def load_full_state_dict(stages: list[GPTStage], sd: dict[str, Tensor]) -> None:
     "Copy each stage's part of a full `GPT` state dict `sd` into it (lambdas sliced by layer). KeyError if a key is missing."
     for st in stages:
         own = {}
         for k in st.state_dict():
-            if k not in sd: raise KeyError(f"state dict has no {k!r} (needed by stage {st.stage_index})")
-            own[k] = sd[k][st.layers.start:st.layers.stop] if k in ("resid_lambdas", "x0_lambdas") else sd[k]
+            if k not in sd:
+                raise KeyError(f"state dict has no {k!r} (needed by stage {st.stage_index})")
+            own[k] = sd[k][st.layers.start : st.layers.stop] if k in ("resid_lambdas", "x0_lambdas") else sd[k]
         if st.tp_group is None:
-            for k, p in st.state_dict(keep_vars=True).items(): p.copy_(own[k])
-        else: tp_load_full_state_dict(st, own)   # each tp rank keeps its shard
+            for k, p in st.state_dict(keep_vars=True).items():
+                p.copy_(own[k])
+        else:
+            tp_load_full_state_dict(st, own)  # each tp rank keeps its shard
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #a96f19fa
 def _stage_optim(optimizer, stage) -> SimpleNamespace:
     "A view of `optimizer` holding only `stage`'s per-parameter state (what the tp helpers iterate over)."
     own = {id(p) for p in stage.parameters()}
     return SimpleNamespace(state={p: st for p, st in optimizer.state.items() if id(p) in own})
+
 
 def _partial_optimizer_state(stages: list[GPTStage], optimizer) -> dict[str, Tensor]:
     out = {}
@@ -171,12 +205,14 @@ def _partial_optimizer_state(stages: list[GPTStage], optimizer) -> dict[str, Ten
         if st.tp_group is None:
             names = {id(p): n for n, p in st.named_parameters()}
             part = {f"{names[id(p)]}/{k}": v for p, s in view.state.items() for k, v in s.items() if torch.is_tensor(v)}
-        else: part = tp_full_optimizer_state_dict(view, st)        # gathered over tp (collective)
+        else:
+            part = tp_full_optimizer_state_dict(view, st)  # gathered over tp (collective)
         for k, v in part.items():
             name = k.rsplit("/", 1)[0]
             tag = name in ("resid_lambdas", "x0_lambdas") and v.ndim > 0  # per-layer slices; 0-D `step` is shared
             out[f"{k}@{st.layers.start}" if tag else k] = v.detach().cpu().clone()
     return out
+
 
 def full_optimizer_state_dict(stages: list[GPTStage], optimizer, group=None) -> dict[str, Tensor]:
     """The optimizer state of the whole model as {"<GPT param name>/<state key>": tensor} (CPU copies, full unsharded
@@ -184,6 +220,7 @@ def full_optimizer_state_dict(stages: list[GPTStage], optimizer, group=None) -> 
     rank's `stages` by an all-gather over the pp `group` (every rank gets it; tp stages are gathered over tp first).
     The lambdas' state is concatenated in layer order. `optimizer` must hold only these stages' parameters."""
     return _gather_pieces(_partial_optimizer_state(stages, optimizer), group)
+
 
 @torch.no_grad()
 def load_full_optimizer_state_dict(stages: list[GPTStage], optimizer, state: dict[str, Tensor]) -> None:
@@ -197,49 +234,61 @@ def load_full_optimizer_state_dict(stages: list[GPTStage], optimizer, state: dic
         names = dict(st.named_parameters())
         for k, v in state.items():
             name = k.rsplit("/", 1)[0]
-            if name not in names: continue
-            own[k] = v[st.layers.start:st.layers.stop] if name in ("resid_lambdas", "x0_lambdas") and v.ndim > 0 else v
+            if name not in names:
+                continue
+            own[k] = (
+                v[st.layers.start : st.layers.stop] if name in ("resid_lambdas", "x0_lambdas") and v.ndim > 0 else v
+            )
         have = {k.rsplit("/", 1)[0] for k in own}
         if state and (missing := sorted(set(names) - have)):
             raise ValueError(f"optimizer state has no entries for {missing[:4]} of stage {st.stage_index}")
         if st.tp_group is None:
             for k, v in own.items():
-                name, key = k.rsplit("/", 1); p = names[name]
+                name, key = k.rsplit("/", 1)
+                p = names[name]
                 optimizer.state[p][key] = v.to(p.device).clone()
         else:
             view = SimpleNamespace(state=defaultdict(dict))
             tp_load_full_optimizer_state_dict(view, st, own)
-            for p, s in view.state.items(): optimizer.state[p].update({k: v.to(p.device) for k, v in s.items()})
+            for p, s in view.state.items():
+                optimizer.state[p].update({k: v.to(p.device) for k, v in s.items()})
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #3d579537
 _DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32]
-_MAX_T, _MAX_D = 4, 4                          # at most 4 tensors of at most 4 dims per message
-_HDR = 1 + _MAX_T * (2 + _MAX_D)               # count, then per tensor: dtype code, ndim, dims (zero-padded)
+_MAX_T, _MAX_D = 4, 4  # at most 4 tensors of at most 4 dims per message
+_HDR = 1 + _MAX_T * (2 + _MAX_D)  # count, then per tensor: dtype code, ndim, dims (zero-padded)
 FWD_TAG, BWD_TAG = 0, 1
+
 
 def send_tensors(tensors: tuple[Tensor, ...], dst: int, tag: int = 0) -> list:
     """Non-blocking send of 1-4 tensors (<= 4-D, dtype in `_DTYPES`) to global rank `dst`: a fixed-size int64 header
     (count; dtype code, ndim and shape of each), then the tensors. Returns [(work, buffer)]: `wait()` the works (the
     buffers stay referenced until then). ValueError on unsupported input. Pair with `recv_tensors`."""
-    if not 1 <= len(tensors) <= _MAX_T: raise ValueError(f"send 1..{_MAX_T} tensors, got {len(tensors)}")
-    hdr = torch.zeros(_HDR, dtype=torch.int64); hdr[0] = len(tensors)
+    if not 1 <= len(tensors) <= _MAX_T:
+        raise ValueError(f"send 1..{_MAX_T} tensors, got {len(tensors)}")
+    hdr = torch.zeros(_HDR, dtype=torch.int64)
+    hdr[0] = len(tensors)
     for i, t in enumerate(tensors):
-        if t.dtype not in _DTYPES or t.ndim > _MAX_D: raise ValueError(f"cannot send a {t.dtype} tensor of {t.ndim} dims")
+        if t.dtype not in _DTYPES or t.ndim > _MAX_D:
+            raise ValueError(f"cannot send a {t.dtype} tensor of {t.ndim} dims")
         o = 1 + i * (2 + _MAX_D)
         hdr[o], hdr[o + 1] = _DTYPES.index(t.dtype), t.ndim
-        hdr[o + 2:o + 2 + t.ndim] = torch.tensor(t.shape, dtype=torch.int64)
+        hdr[o + 2 : o + 2 + t.ndim] = torch.tensor(t.shape, dtype=torch.int64)
     bufs = [hdr.to(tensors[0].device)] + [t.detach().contiguous() for t in tensors]
     return [(dist.isend(b, dst, tag=tag), b) for b in bufs]
+
 
 def recv_tensors(src: int, device="cpu", tag: int = 0) -> tuple[Tensor, ...]:
     "Blocking receive of what `send_tensors` sent from global rank `src` with `tag`: read the header, allocate, receive."
     hdr = torch.empty(_HDR, dtype=torch.int64, device=device)
-    dist.recv(hdr, src, tag=tag); h = hdr.cpu().tolist()
+    dist.recv(hdr, src, tag=tag)
+    h = hdr.cpu().tolist()
     out = []
     for i in range(h[0]):
         o = 1 + i * (2 + _MAX_D)
-        t = torch.empty(h[o + 2:o + 2 + h[o + 1]], dtype=_DTYPES[h[o]], device=device)
-        dist.recv(t, src, tag=tag); out.append(t)
+        t = torch.empty(h[o + 2 : o + 2 + h[o + 1]], dtype=_DTYPES[h[o]], device=device)
+        dist.recv(t, src, tag=tag)
+        out.append(t)
     return tuple(out)
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #14aa1acf
@@ -248,17 +297,27 @@ def schedule_actions(schedule: str, pp_rank: int, pp_size: int, n_microbatches: 
     then every backward. '1f1b' (PipeDream-Flush, Narayanan et al. 2021): min(p - r - 1, m) warm-up forwards, a steady
     state alternating one forward and one backward, a cool-down of the remaining backwards. ValueError on bad input."""
     m, p, r = n_microbatches, pp_size, pp_rank
-    if m < 1 or not 0 <= r < p: raise ValueError(f"need n_microbatches >= 1 and 0 <= pp_rank < pp_size, got {m}, {r}, {p}")
-    if schedule == "afab": return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    if schedule != "1f1b": raise ValueError(f"unknown hand schedule {schedule!r}; use 'afab' or '1f1b'")
+    if m < 1 or not 0 <= r < p:
+        raise ValueError(f"need n_microbatches >= 1 and 0 <= pp_rank < pp_size, got {m}, {r}, {p}")
+    if schedule == "afab":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    if schedule != "1f1b":
+        raise ValueError(f"unknown hand schedule {schedule!r}; use 'afab' or '1f1b'")
     w = min(p - r - 1, m)
     acts = [("F", i) for i in range(w)]
-    for i in range(m - w): acts += [("F", w + i), ("B", i)]
+    for i in range(m - w):
+        acts += [("F", w + i), ("B", i)]
     return acts + [("B", i) for i in range(m - w, m)]
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #f45ca9c4
-def run_pipeline(stage: GPTStage, microbatches: list[tuple[Tensor, Tensor]], schedule: str = "1f1b",
-                 ranks: list[int] | None = None, events: list | None = None, loss_scale: float = 1.0) -> Tensor | None:
+def run_pipeline(
+    stage: GPTStage,
+    microbatches: list[tuple[Tensor, Tensor]],
+    schedule: str = "1f1b",
+    ranks: list[int] | None = None,
+    events: list | None = None,
+    loss_scale: float = 1.0,
+) -> Tensor | None:
     """Run one step's forwards and backwards of `stage` under a hand-written schedule ('afab' or '1f1b', see
     `schedule_actions`). `microbatches`: the same list of (idx, targets) (B,T) int64 pairs on every pipeline rank.
     `ranks`: the pipeline's global ranks in stage order (default 0..num_stages-1). Gradients accumulate into `.grad` as
@@ -266,27 +325,34 @@ def run_pipeline(stage: GPTStage, microbatches: list[tuple[Tensor, Tensor]], sch
     taken once the action's input has arrived, so waiting counts as idle) to `events` if given. Returns the per micro-batch losses (m,) fp32 on the last stage, None elsewhere."""
     s, p, m = stage.stage_index, stage.num_stages, len(microbatches)
     ranks = list(range(p)) if ranks is None else list(ranks)
-    if len(ranks) != p: raise ValueError(f"ranks has {len(ranks)} entries for {p} stages")
+    if len(ranks) != p:
+        raise ValueError(f"ranks has {len(ranks)} entries for {p} stages")
     prev, nxt = (ranks[s - 1] if s > 0 else None), (ranks[s + 1] if s < p - 1 else None)
     works, saved, losses = [], {}, []
     for kind, i in schedule_actions(schedule, s, p, m):
         idx, tgt = microbatches[i]
         if kind == "F":
             inp = () if stage.is_first else tuple(t.requires_grad_() for t in recv_tensors(prev, idx.device, FWD_TAG))
-            t0 = time.perf_counter()              # waiting for the input is bubble, not work
+            t0 = time.perf_counter()  # waiting for the input is bubble, not work
             out = stage(*inp, idx=idx)
             if stage.is_last:
-                loss = stage.loss(out, tgt); losses.append(loss.detach()); out = (loss * (loss_scale / m),)
-            else: works += send_tensors(out, nxt, FWD_TAG)
+                loss = stage.loss(out, tgt)
+                losses.append(loss.detach())
+                out = (loss * (loss_scale / m),)
+            else:
+                works += send_tensors(out, nxt, FWD_TAG)
             saved[i] = (inp, out)
         else:
             inp, out = saved.pop(i)
             grads = None if stage.is_last else recv_tensors(nxt, idx.device, BWD_TAG)
             t0 = time.perf_counter()
             torch.autograd.backward(out, grads)
-            if not stage.is_first: works += send_tensors(tuple(t.grad for t in inp), prev, BWD_TAG)
-        if events is not None: events.append(dict(kind=kind, mb=i, start=t0, end=time.perf_counter()))
-    for w, _ in works: w.wait()
+            if not stage.is_first:
+                works += send_tensors(tuple(t.grad for t in inp), prev, BWD_TAG)
+        if events is not None:
+            events.append(dict(kind=kind, mb=i, start=t0, end=time.perf_counter()))
+    for w, _ in works:
+        w.wait()
     return torch.stack(losses) if stage.is_last else None
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #4bb35eca
@@ -295,20 +361,24 @@ def bubble_fraction(events_per_rank: list[list[dict]]) -> float:
     running from the earliest start to the latest end over all ranks. `events_per_rank`: per rank, the dicts that
     `run_pipeline` records (`start`, `end` on one clock). Compare with the ideal (p - 1) / (m + p - 1)."""
     evs = [e for r in events_per_rank for e in r]
-    if not evs: raise ValueError("no events")
+    if not evs:
+        raise ValueError("no events")
     span = max(e["end"] for e in evs) - min(e["start"] for e in evs)
     busy = sum(e["end"] - e["start"] for e in evs)
     return 1.0 - busy / (len(events_per_rank) * span)
 
+
 def ideal_bubble_fraction(pp_size: int, n_microbatches: int) -> float:
     "(p - 1) / (m + p - 1): the bubble of GPipe and 1F1B with equal stage costs and free communication (Huang et al. 2019)."
     return (pp_size - 1) / (n_microbatches + pp_size - 1)
+
 
 def plot_timeline(events_per_rank: list[list[dict]], ax=None, title: str = ""):
     """Draw one step's events, one row per rank (forwards blue, backwards orange, labelled by micro-batch), times in ms
     from the earliest start. `events_per_rank`: per rank, dicts with `kind` ('F'/'B'), `mb`, `start`, `end` (seconds,
     one clock) as `run_pipeline` records them; `ax`: a matplotlib Axes (default: a new figure). Returns the axes."""
     import matplotlib.pyplot as plt
+
     ax = ax or plt.subplots(figsize=(8, 0.5 + 0.45 * len(events_per_rank)))[1]
     t0 = min(e["start"] for r in events_per_rank for e in r)
     for rank, evs in enumerate(events_per_rank):
@@ -316,19 +386,40 @@ def plot_timeline(events_per_rank: list[list[dict]], ax=None, title: str = ""):
             a, w = (e["start"] - t0) * 1e3, (e["end"] - e["start"]) * 1e3
             ax.broken_barh([(a, w)], (rank - 0.4, 0.8), color="tab:blue" if e["kind"] == "F" else "tab:orange")
             ax.text(a + w / 2, rank, f"{e['kind']}{e['mb']}", ha="center", va="center", fontsize=6, color="white")
-    ax.set_yticks(range(len(events_per_rank))); ax.set_yticklabels([f"stage {r}" for r in range(len(events_per_rank))], fontsize=7)
-    ax.invert_yaxis(); ax.set_xlabel("ms", fontsize=8); ax.set_title(title, fontsize=9); ax.tick_params(labelsize=7)
+    ax.set_yticks(range(len(events_per_rank)))
+    ax.set_yticklabels([f"stage {r}" for r in range(len(events_per_rank))], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(labelsize=7)
     return ax
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #5a3d6ff3
 def _torch_schedules() -> dict:
     from torch.distributed.pipelining import schedules as S
-    return {"gpipe": (S.ScheduleGPipe, 1, "loop"), "1f1b": (S.Schedule1F1B, 1, "loop"),
-            "interleaved_1f1b": (S.ScheduleInterleaved1F1B, 2, "loop"), "looped_bfs": (S.ScheduleLoopedBFS, 2, "loop"),
-            "interleaved_zb": (S.ScheduleInterleavedZeroBubble, 2, "loop"), "zbv": (S.ScheduleZBVZeroBubble, 2, "v")}
 
-PIPELINE_SCHEDULES = ("hand_afab", "hand_1f1b", "gpipe", "1f1b", "interleaved_1f1b", "looped_bfs", "interleaved_zb", "zbv")
+    return {
+        "gpipe": (S.ScheduleGPipe, 1, "loop"),
+        "1f1b": (S.Schedule1F1B, 1, "loop"),
+        "interleaved_1f1b": (S.ScheduleInterleaved1F1B, 2, "loop"),
+        "looped_bfs": (S.ScheduleLoopedBFS, 2, "loop"),
+        "interleaved_zb": (S.ScheduleInterleavedZeroBubble, 2, "loop"),
+        "zbv": (S.ScheduleZBVZeroBubble, 2, "v"),
+    }
+
+
+PIPELINE_SCHEDULES = (
+    "hand_afab",
+    "hand_1f1b",
+    "gpipe",
+    "1f1b",
+    "interleaved_1f1b",
+    "looped_bfs",
+    "interleaved_zb",
+    "zbv",
+)
 ZERO_BUBBLE = ("interleaved_zb", "zbv")
+
 
 class Pipeline:
     """This rank's part of a pipeline-parallel GPT under a named schedule (`PIPELINE_SCHEDULES`): 'hand_afab' and
@@ -340,29 +431,55 @@ class Pipeline:
     `step(idx, targets, loss_scale)` splits the (B,T) batch into `n_microbatches` along B (B must divide) and
     accumulates grads of loss_scale * mean micro-batch loss; it returns the (m,) micro-batch losses on the rank holding
     the last stage (`has_last`), None elsewhere."""
-    def __init__(self, model: GPT, schedule: str, pp_rank: int, pp_size: int, n_microbatches: int,
-                 group=None, ranks: list[int] | None = None, device="cpu"):
-        if schedule not in PIPELINE_SCHEDULES: raise ValueError(f"unknown schedule {schedule!r}; choose from {PIPELINE_SCHEDULES}")
-        if n_microbatches < 1: raise ValueError(f"n_microbatches must be >= 1, got {n_microbatches}")
+
+    def __init__(
+        self,
+        model: GPT,
+        schedule: str,
+        pp_rank: int,
+        pp_size: int,
+        n_microbatches: int,
+        group=None,
+        ranks: list[int] | None = None,
+        device="cpu",
+    ):
+        if schedule not in PIPELINE_SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}; choose from {PIPELINE_SCHEDULES}")
+        if n_microbatches < 1:
+            raise ValueError(f"n_microbatches must be >= 1, got {n_microbatches}")
         self.name, self.m, self.pp_rank, self.pp_size, self.group = schedule, n_microbatches, pp_rank, pp_size, group
         self.ranks = list(range(pp_size)) if ranks is None else list(ranks)
-        if group is None and pp_size > 1: self.group = dist.group.WORLD
-        self._scale, self.last_rank = 1.0, self.ranks[pp_size - 1]   # the global rank holding the last stage
+        if group is None and pp_size > 1:
+            self.group = dist.group.WORLD
+        self._scale, self.last_rank = 1.0, self.ranks[pp_size - 1]  # the global rank holding the last stage
         if schedule.startswith("hand_"):
-            self.stages = split_model(model, pp_rank, pp_size); self.schedule = None
+            self.stages = split_model(model, pp_rank, pp_size)
+            self.schedule = None
         else:
             cls, v, style = _torch_schedules()[schedule]
             if v * pp_size > model.config.n_layer:
-                raise ValueError(f"{schedule} needs {v * pp_size} stages but the model has {model.config.n_layer} layers")
+                raise ValueError(
+                    f"{schedule} needs {v * pp_size} stages but the model has {model.config.n_layer} layers"
+                )
             self.stages = split_model(model, pp_rank, pp_size, v, style)
-            if style == "v": self.last_rank = self.ranks[0]
+            if style == "v":
+                self.last_rank = self.ranks[0]
             if schedule in ZERO_BUBBLE and any(len(s.layers) != 1 for s in self.stages):
-                raise ValueError(f"{schedule} fails on torch 2.13 when a stage has several layers (x0 is reused); "
-                                 f"use n_layer == {v * pp_size} or another schedule")
+                raise ValueError(
+                    f"{schedule} fails on torch 2.13 when a stage has several layers (x0 is reused); "
+                    f"use n_layer == {v * pp_size} or another schedule"
+                )
             from torch.distributed.pipelining import PipelineStage
-            pst = [PipelineStage(s, s.stage_index, s.num_stages, torch.device(device), group=group) for s in self.stages]
-            self.schedule = cls(pst[0] if v == 1 else pst, n_microbatches=n_microbatches,
-                                loss_fn=lambda out, tgt: self.stages[0].loss(out, tgt) * self._scale, scale_grads=False)
+
+            pst = [
+                PipelineStage(s, s.stage_index, s.num_stages, torch.device(device), group=group) for s in self.stages
+            ]
+            self.schedule = cls(
+                pst[0] if v == 1 else pst,
+                n_microbatches=n_microbatches,
+                loss_fn=lambda out, tgt: self.stages[0].loss(out, tgt) * self._scale,
+                scale_grads=False,
+            )
         self.has_last = any(s.is_last for s in self.stages)
 
     def step(self, idx: Tensor, targets: Tensor, loss_scale: float = 1.0, events: list | None = None) -> Tensor | None:
@@ -370,8 +487,10 @@ class Pipeline:
         split along B into `n_microbatches` (ValueError unless B divides): `.grad` accumulates loss_scale x the mean
         micro-batch loss's gradient. Returns the (m,) fp32 micro-batch losses where `has_last`, None elsewhere. `events`
         (hand schedules only) collects the timeline as `run_pipeline` does."""
-        if idx.ndim != 2 or idx.shape != targets.shape: raise ValueError(f"idx and targets must be equal (B, T), got {tuple(idx.shape)}, {tuple(targets.shape)}")
-        if idx.size(0) % self.m: raise ValueError(f"batch {idx.size(0)} is not divisible by n_microbatches {self.m}")
+        if idx.ndim != 2 or idx.shape != targets.shape:
+            raise ValueError(f"idx and targets must be equal (B, T), got {tuple(idx.shape)}, {tuple(targets.shape)}")
+        if idx.size(0) % self.m:
+            raise ValueError(f"batch {idx.size(0)} is not divisible by n_microbatches {self.m}")
         if self.schedule is None:
             mbs = list(zip(idx.chunk(self.m), targets.chunk(self.m)))
             return run_pipeline(self.stages[0], mbs, self.name[5:], self.ranks, events, loss_scale)
@@ -384,27 +503,35 @@ class Pipeline:
         "This rank's parameters by optimizer treatment (all its stages merged), for `nanolit.optim.build_optimizer`."
         out = {}
         for s in self.stages:
-            for k, v in s.param_groups().items(): out.setdefault(k, []).extend(v)
+            for k, v in s.param_groups().items():
+                out.setdefault(k, []).extend(v)
         return out
+
     def parameters(self) -> list[nn.Parameter]:
         "Every parameter of this rank's stages (each stage's own lambda slices included)."
         return [p for s in self.stages for p in s.parameters()]
+
     def full_state_dict(self) -> dict[str, Tensor]:
         "The whole model's state dict gathered over the pipeline group (`full_state_dict`); collective."
         return full_state_dict(self.stages, self.group)
+
     def load_full_state_dict(self, sd: dict[str, Tensor]) -> None:
         "Copy this rank's part of a full GPT state dict into its stages (`load_full_state_dict`)."
         load_full_state_dict(self.stages, sd)
+
     def full_optimizer_state_dict(self, optimizer) -> dict[str, Tensor]:
         "The whole model's optimizer state gathered over the pipeline group (`full_optimizer_state_dict`); collective."
         return full_optimizer_state_dict(self.stages, optimizer, self.group)
+
     def load_full_optimizer_state_dict(self, optimizer, state: dict[str, Tensor]) -> None:
         "Install this rank's part of a full optimizer state (`load_full_optimizer_state_dict`)."
         load_full_optimizer_state_dict(self.stages, optimizer, state)
 
     def mean_loss(self, losses: Tensor | None) -> Tensor:
         "The step's mean loss on every pipeline rank: broadcast from the rank holding the last stage. Collective over the group."
-        t = losses.mean().to(torch.float64) if self.has_last else torch.zeros((), dtype=torch.float64)  # one dtype on every rank
+        t = (
+            losses.mean().to(torch.float64) if self.has_last else torch.zeros((), dtype=torch.float64)
+        )  # one dtype on every rank
         if self.pp_size > 1:
             dist.broadcast(t, src=self.last_rank, group=self.group)
         # the last stage's loss dtype (fp32 logits, fp64 for an fp64 model); the other ranks infer it from their weights

@@ -35,44 +35,57 @@ def tp_world(group) -> int:
     "Number of ranks (int) in the tensor-parallel process `group`; 1 for None (no tensor parallelism)."
     return 1 if group is None else dist.get_world_size(group)
 
+
 def tp_rank(group) -> int:
     "This rank's index (int in [0, tp_world(group))) in the process `group`; 0 for None."
     return 0 if group is None else dist.get_rank(group)
 
+
 def shard_size(n: int, world: int) -> int:
     "Entries per rank when a dimension of size `n` is split over `world` ranks: ceil(n / world) (the padding rule)."
-    if n < 1 or world < 1: raise ValueError(f"n and world must be >= 1, got {n}, {world}")
+    if n < 1 or world < 1:
+        raise ValueError(f"n and world must be >= 1, got {n}, {world}")
     return -(-n // world)
+
 
 def pad_dim(t: Tensor, dim: int, size: int) -> Tensor:
     """`t` padded with zeros at the end of `dim` to length `size` (same dtype/device; `t` itself if already that long).
     ValueError if `t` is longer than `size` along `dim`."""
     extra = size - t.size(dim)
-    if extra < 0: raise ValueError(f"cannot pad dim {dim} of length {t.size(dim)} down to {size}")
-    if extra == 0: return t
-    shape = list(t.shape); shape[dim] = extra
+    if extra < 0:
+        raise ValueError(f"cannot pad dim {dim} of length {t.size(dim)} down to {size}")
+    if extra == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = extra
     return torch.cat([t, t.new_zeros(shape)], dim)
+
 
 def shard_tensor(t: Tensor, dim: int, rank: int, world: int) -> Tensor:
     """Rank `rank`'s shard of `t` along `dim`: pad to world*ceil(n/world) with zeros, take chunk `rank`; shape of `t`
     with `dim` of length ceil(n/world), a contiguous copy. ValueError unless 0 <= rank < world (or n, world < 1)."""
-    if not 0 <= rank < world: raise ValueError(f"rank {rank} not in [0, {world})")
+    if not 0 <= rank < world:
+        raise ValueError(f"rank {rank} not in [0, {world})")
     s = shard_size(t.size(dim), world)
     return pad_dim(t, dim, s * world).narrow(dim, rank * s, s).clone().contiguous()
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #b61a9e20
 _AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_COMM_LOG: list | None = None   # when a list, every collective appends (op, elements in, elements out, world)
+_COMM_LOG: list | None = None  # when a list, every collective appends (op, elements in, elements out, world)
+
 
 def _log(op, n_in, n_out, group):
-    if _COMM_LOG is not None: _COMM_LOG.append((op, n_in, n_out, tp_world(group)))
+    if _COMM_LOG is not None:
+        _COMM_LOG.append((op, n_in, n_out, tp_world(group)))
+
 
 def _all_reduce(x: Tensor, group, op=dist.ReduceOp.SUM) -> Tensor:
     out = x.contiguous().clone()
     _log("all_reduce", out.numel(), out.numel(), group)
     dist.all_reduce(out, op=op, group=group)
     return out
+
 
 def _all_gather(x: Tensor, group, dim: int) -> Tensor:
     "Concatenate every rank's equal-sized `x` along `dim`."
@@ -83,22 +96,27 @@ def _all_gather(x: Tensor, group, dim: int) -> Tensor:
     _AG(out, xt, group=group)
     return out.movedim(0, dim)
 
+
 def _reduce_scatter(x: Tensor, group, dim: int) -> Tensor:
     "Sum `x` over ranks and keep this rank's chunk along `dim` (size must divide)."
     w = tp_world(group)
     xt = x.movedim(dim, 0).contiguous()
-    if xt.size(0) % w: raise ValueError(f"reduce-scatter: dim {dim} of size {xt.size(0)} not divisible by {w} (pad first)")
+    if xt.size(0) % w:
+        raise ValueError(f"reduce-scatter: dim {dim} of size {xt.size(0)} not divisible by {w} (pad first)")
     out = xt.new_empty((xt.size(0) // w, *xt.shape[1:]))
     _log("reduce_scatter", xt.numel(), out.numel(), group)
     _RS(out, xt, op=dist.ReduceOp.SUM, group=group)
     return out.movedim(0, dim)
 
+
 def _split(x: Tensor, group, dim: int) -> Tensor:
     return shard_tensor(x, dim, tp_rank(group), tp_world(group))
+
 
 def _gather_trim(x: Tensor, group, dim: int, size: int | None) -> Tensor:
     y = _all_gather(x, group, dim)
     return y if size is None else y.narrow(dim, 0, size)
+
 
 @contextmanager
 def count_comm():
@@ -106,106 +124,135 @@ def count_comm():
     group size) tuples, op in 'all_reduce', 'all_gather', 'reduce_scatter'."""
     global _COMM_LOG
     prev, _COMM_LOG = _COMM_LOG, []
-    try: yield _COMM_LOG
-    finally: _COMM_LOG = prev
+    try:
+        yield _COMM_LOG
+    finally:
+        _COMM_LOG = prev
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #ef3a47e0
 class CopyToTensorParallelRegion(torch.autograd.Function):
     "Megatron's f: forward identity, backward all-reduce (sum) of the gradient over the group."
+
     @staticmethod
     def forward(ctx, x, group):
         "x (any shape), replicated -> x (a view)."
-        ctx.group = group; return x.view_as(x)
+        ctx.group = group
+        return x.view_as(x)
+
     @staticmethod
     def backward(ctx, g):
         "g (shape of x) -> sum of g over the group (all-reduce), None for `group`."
         return _all_reduce(g, ctx.group), None
 
+
 class ReduceFromTensorParallelRegion(torch.autograd.Function):
     "Megatron's g: forward all-reduce (sum) of partial results, backward identity."
+
     @staticmethod
     def forward(ctx, x, group):
         "Partial result x (any shape) -> its sum over the group (all-reduce), same shape."
         return _all_reduce(x, group)
+
     @staticmethod
     def backward(ctx, g):
         "g passes through unchanged; None for `group`."
         return g, None
 
+
 class GatherFromTensorParallelRegion(torch.autograd.Function):
     "Forward all-gather along `dim` (trimmed to `size`); backward keep this rank's (padded) slice of the gradient."
+
     @staticmethod
     def forward(ctx, x, group, dim, size):
         "Shard x (..., s, ...) -> (..., size or W*s, ...) along `dim`."
         ctx.group, ctx.dim, ctx.n = group, dim, x.size(dim) * tp_world(group)
         return _gather_trim(x, group, dim, size)
+
     @staticmethod
     def backward(ctx, g):
         "Full g -> this rank's (padded) slice along `dim`; None for group, dim, size."
         return _split(pad_dim(g, ctx.dim, ctx.n), ctx.group, ctx.dim), None, None, None
 
+
 class ScatterToTensorParallelRegion(torch.autograd.Function):
     "Forward keep this rank's (padded) slice along `dim`; backward all-gather the gradient (trimmed)."
+
     @staticmethod
     def forward(ctx, x, group, dim):
         "Full x (..., n, ...) -> this rank's padded slice (..., ceil(n/W), ...) along `dim`."
         ctx.group, ctx.dim, ctx.size = group, dim, x.size(dim)
         return _split(x, group, dim)
+
     @staticmethod
     def backward(ctx, g):
         "Slice g -> the all-gathered full gradient trimmed to n; None for group, dim."
         return _gather_trim(g, ctx.group, ctx.dim, ctx.size), None, None
 
+
 class GatherFromSequenceParallelRegion(torch.autograd.Function):
     "SP's g-bar: forward all-gather along the sequence `dim` (trimmed to `size`); backward reduce-scatter (padded)."
+
     @staticmethod
     def forward(ctx, x, group, dim, size):
         "Sequence shard x (B, s, ...) -> full sequence (B, size or W*s, ...) (all-gather along `dim`)."
         ctx.group, ctx.dim, ctx.n = group, dim, x.size(dim) * tp_world(group)
         return _gather_trim(x, group, dim, size)
+
     @staticmethod
     def backward(ctx, g):
         "Full-sequence g (each rank a partial sum) -> summed sequence shard (reduce-scatter); None for the rest."
         return _reduce_scatter(pad_dim(g, ctx.dim, ctx.n), ctx.group, ctx.dim), None, None, None
 
+
 class ReduceScatterToSequenceParallelRegion(torch.autograd.Function):
     "SP's f-bar: forward pad `dim` to a multiple of the group size and reduce-scatter; backward all-gather (trimmed)."
+
     @staticmethod
     def forward(ctx, x, group, dim):
         "Partial sums x (B, T, ...) -> summed sequence shard (B, ceil(T/W), ...) (pad, then reduce-scatter)."
         ctx.group, ctx.dim, ctx.size = group, dim, x.size(dim)
         w = tp_world(group)
         return _reduce_scatter(pad_dim(x, dim, shard_size(x.size(dim), w) * w), group, dim)
+
     @staticmethod
     def backward(ctx, g):
         "Shard g -> the full-sequence gradient (all-gather, trimmed to T); None for group, dim."
         return _gather_trim(g, ctx.group, ctx.dim, ctx.size), None, None
 
+
 def copy_to_tp(x: Tensor, group) -> Tensor:
     "Megatron's f on x (any shape): identity forward, all-reduce (sum) backward; plain identity when `group` is None."
     return x if tp_world(group) == 1 else CopyToTensorParallelRegion.apply(x, group)
+
 
 def reduce_from_tp(x: Tensor, group) -> Tensor:
     "Megatron's g on partial sums x (any shape): all-reduce (sum) forward, identity backward; identity when `group` is None."
     return x if tp_world(group) == 1 else ReduceFromTensorParallelRegion.apply(x, group)
 
+
 def gather_from_tp(x: Tensor, group, dim: int = -1, size: int | None = None) -> Tensor:
     "All-gather shards along `dim` into the full tensor, trimmed to `size` (the unpadded length); backward splits."
-    if tp_world(group) == 1: return x if size is None else x.narrow(dim, 0, size)
+    if tp_world(group) == 1:
+        return x if size is None else x.narrow(dim, 0, size)
     return GatherFromTensorParallelRegion.apply(x, group, dim % x.ndim, size)
+
 
 def scatter_to_tp(x: Tensor, group, dim: int = -1) -> Tensor:
     "Full x (..., n, ...) -> this rank's zero-padded shard (..., ceil(n/W), ...) along `dim`; backward all-gathers (trimmed)."
     return x if tp_world(group) == 1 else ScatterToTensorParallelRegion.apply(x, group, dim % x.ndim)
 
+
 def gather_from_sp(x: Tensor, group, dim: int = 1, size: int | None = None) -> Tensor:
     "Sequence shards (B, T_pad/W, ...) -> the full sequence (B, size or T_pad, ...); backward reduce-scatters."
-    if tp_world(group) == 1: return x if size is None else x.narrow(dim, 0, size)
+    if tp_world(group) == 1:
+        return x if size is None else x.narrow(dim, 0, size)
     return GatherFromSequenceParallelRegion.apply(x, group, dim % x.ndim, size)
+
 
 def reduce_scatter_to_sp(x: Tensor, group, dim: int = 1) -> Tensor:
     "Partial sums over the full sequence (B, T, ...) -> summed sequence shard (B, ceil(T/W), ...); backward all-gathers."
     return x if tp_world(group) == 1 else ReduceScatterToSequenceParallelRegion.apply(x, group, dim % x.ndim)
+
 
 def scatter_to_sp(x: Tensor, group, dim: int = 1) -> Tensor:
     "A replicated full sequence (B, T, ...) -> this rank's padded sequence shard (B, ceil(T/W), ...); backward all-gathers (trimmed)."
@@ -216,21 +263,31 @@ def _tag(p: nn.Parameter, dim: int, size: int, group) -> nn.Parameter:
     p._tp_dim, p._tp_size, p._tp_group = dim, size, group
     return p
 
+
 def _shard_param(full: Tensor, dim: int, group, requires_grad: bool = True) -> nn.Parameter:
     shard = shard_tensor(full.detach(), dim, tp_rank(group), tp_world(group))
     return _tag(nn.Parameter(shard, requires_grad=requires_grad), dim, full.size(dim), group)
 
+
 def gather_param(p: Tensor) -> Tensor:
     "The full (unpadded) tensor of a tensor-parallel shard `p` (all-gather along `p._tp_dim`); `p` itself if not sharded."
-    if getattr(p, "_tp_dim", None) is None: return p.detach()
-    return _all_gather(p.detach(), p._tp_group, p._tp_dim).narrow(p._tp_dim, 0, p._tp_size) if tp_world(p._tp_group) > 1 \
+    if getattr(p, "_tp_dim", None) is None:
+        return p.detach()
+    return (
+        _all_gather(p.detach(), p._tp_group, p._tp_dim).narrow(p._tp_dim, 0, p._tp_size)
+        if tp_world(p._tp_group) > 1
         else p.detach().narrow(p._tp_dim, 0, p._tp_size)
+    )
+
 
 def _full_init(out_f, in_f, weight):
     if weight is None:
-        weight = torch.empty(out_f, in_f); nn.init.kaiming_uniform_(weight, a=math.sqrt(5))   # nn.Linear's init
-    if tuple(weight.shape) != (out_f, in_f): raise ValueError(f"weight must be ({out_f}, {in_f}), got {tuple(weight.shape)}")
+        weight = torch.empty(out_f, in_f)
+        nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # nn.Linear's init
+    if tuple(weight.shape) != (out_f, in_f):
+        raise ValueError(f"weight must be ({out_f}, {in_f}), got {tuple(weight.shape)}")
     return weight
+
 
 class ColumnParallelLinear(nn.Module):
     """Y = X W^T (no bias) with W (out_features, in_features) split by rows over `group` (Shoeybi et al. 2019):
@@ -238,8 +295,16 @@ class ColumnParallelLinear(nn.Module):
     shard (B, ceil(T/W), in) all-gathered along dim 1 (pass `seq_len` to trim the padding). Output: this rank's
     (..., ceil(out/W)) slice, or with `gather_output` the full (..., out). `weight`: the full matrix to shard (default:
     nn.Linear's init, identical on all ranks only under the same seed)."""
-    def __init__(self, in_features: int, out_features: int, group=None, gather_output: bool = True,
-                 sequence_parallel: bool = False, weight: Tensor | None = None):
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        group=None,
+        gather_output: bool = True,
+        sequence_parallel: bool = False,
+        weight: Tensor | None = None,
+    ):
         super().__init__()
         self.in_features, self.out_features, self.group = in_features, out_features, group
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
@@ -248,7 +313,8 @@ class ColumnParallelLinear(nn.Module):
     @classmethod
     def from_linear(cls, lin: nn.Linear, group=None, **kw) -> "ColumnParallelLinear":
         "Shard an existing bias-free `nn.Linear`."
-        if lin.bias is not None: raise ValueError("bias is not supported (nanolit's linears have none)")
+        if lin.bias is not None:
+            raise ValueError("bias is not supported (nanolit's linears have none)")
         return cls(lin.in_features, lin.out_features, group, weight=lin.weight.detach(), **kw)
 
     def forward(self, x: Tensor, seq_len: int | None = None) -> Tensor:
@@ -261,13 +327,22 @@ class ColumnParallelLinear(nn.Module):
         "The full (out_features, in_features) weight, padding dropped (an all-gather: call on every rank of `group`)."
         return gather_param(self.weight)
 
+
 class RowParallelLinear(nn.Module):
     """Y = X W^T (no bias) with W (out_features, in_features) split by columns over `group` (Shoeybi et al. 2019):
     local weight (out, ceil(in/W)), zero-padded. Input: this rank's (..., ceil(in/W)) slice (`input_is_parallel`,
     e.g. a ColumnParallelLinear's output) or the full (..., in) which is then split. Output: the full (..., out) summed
     by all-reduce, or with `sequence_parallel` reduce-scattered to the sequence shard (B, ceil(T/W), out)."""
-    def __init__(self, in_features: int, out_features: int, group=None, input_is_parallel: bool = True,
-                 sequence_parallel: bool = False, weight: Tensor | None = None):
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        group=None,
+        input_is_parallel: bool = True,
+        sequence_parallel: bool = False,
+        weight: Tensor | None = None,
+    ):
         super().__init__()
         self.in_features, self.out_features, self.group = in_features, out_features, group
         self.input_is_parallel, self.sequence_parallel = input_is_parallel, sequence_parallel
@@ -276,12 +351,14 @@ class RowParallelLinear(nn.Module):
     @classmethod
     def from_linear(cls, lin: nn.Linear, group=None, **kw) -> "RowParallelLinear":
         "Shard an existing bias-free `nn.Linear`."
-        if lin.bias is not None: raise ValueError("bias is not supported (nanolit's linears have none)")
+        if lin.bias is not None:
+            raise ValueError("bias is not supported (nanolit's linears have none)")
         return cls(lin.in_features, lin.out_features, group, weight=lin.weight.detach(), **kw)
 
     def forward(self, x: Tensor) -> Tensor:
         "x (..., ceil(in/W)) slice (or full (..., in)) -> (..., out) summed over ranks, or (B, ceil(T/W), out) with SP."
-        if not self.input_is_parallel: x = scatter_to_tp(x, self.group, -1)
+        if not self.input_is_parallel:
+            x = scatter_to_tp(x, self.group, -1)
         y = F.linear(x, self.weight.to(x.dtype))
         return reduce_scatter_to_sp(y, self.group, 1) if self.sequence_parallel else reduce_from_tp(y, self.group)
 
@@ -294,11 +371,24 @@ class VocabParallelEmbedding(nn.Module):
     """nn.Embedding(num_embeddings=V, d) with rows split over `group`: local weight (ceil(V/W), d), zero-padded;
     rank r owns ids [r*ceil(V/W), (r+1)*ceil(V/W)). idx: int64 (B, T) of ids in [0, V). Returns (B, T, d) summed over
     ranks (all-reduce), or with `sequence_parallel` the sequence shard (B, ceil(T/W), d) (reduce-scatter)."""
-    def __init__(self, num_embeddings: int, embedding_dim: int, group=None, sequence_parallel: bool = False,
-                 weight: Tensor | None = None):
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        group=None,
+        sequence_parallel: bool = False,
+        weight: Tensor | None = None,
+    ):
         super().__init__()
-        self.num_embeddings, self.embedding_dim, self.group, self.sequence_parallel = num_embeddings, embedding_dim, group, sequence_parallel
-        if weight is None: weight = torch.randn(num_embeddings, embedding_dim)          # nn.Embedding's N(0, 1)
+        self.num_embeddings, self.embedding_dim, self.group, self.sequence_parallel = (
+            num_embeddings,
+            embedding_dim,
+            group,
+            sequence_parallel,
+        )
+        if weight is None:
+            weight = torch.randn(num_embeddings, embedding_dim)  # nn.Embedding's N(0, 1)
         if tuple(weight.shape) != (num_embeddings, embedding_dim):
             raise ValueError(f"weight must be ({num_embeddings}, {embedding_dim}), got {tuple(weight.shape)}")
         self.weight = _shard_param(weight, 0, group)
@@ -316,25 +406,36 @@ class VocabParallelEmbedding(nn.Module):
         out = F.embedding(local.masked_fill(outside, 0), self.weight).masked_fill(outside[..., None], 0.0)
         return reduce_scatter_to_sp(out, self.group, 1) if self.sequence_parallel else reduce_from_tp(out, self.group)
 
-def vocab_parallel_cross_entropy(logits: Tensor, targets: Tensor, group=None, vocab_size: int | None = None,
-                                 ignore_index: int = -1, reduction: str = "mean") -> Tensor:
+
+def vocab_parallel_cross_entropy(
+    logits: Tensor,
+    targets: Tensor,
+    group=None,
+    vocab_size: int | None = None,
+    ignore_index: int = -1,
+    reduction: str = "mean",
+) -> Tensor:
     """Cross-entropy from vocabulary-sharded logits, never forming full-vocab logits (Shoeybi et al. 2019, §3).
     logits: (..., ceil(V/W)) this rank's slice (rank r holds ids [r*ceil(V/W), ...)), any float dtype (computed in
     fp32); apply a softcap before calling. targets: int64 (...) global ids, `ignore_index` skipped. `vocab_size`: the
     unpadded V (default: all columns real); padded columns are masked to -inf. Returns the same value as
     F.cross_entropy on the full logits: a scalar for 'mean'/'sum', shape `targets.shape` for 'none'."""
-    if reduction not in ("mean", "sum", "none"): raise ValueError(f"reduction must be mean, sum or none, got {reduction!r}")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be mean, sum or none, got {reduction!r}")
     if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} disagree on the leading dims")
+        raise ValueError(
+            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} disagree on the leading dims"
+        )
     w, vl = tp_world(group), logits.size(-1)
     start = tp_rank(group) * vl
-    z = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, vl)   # fp32, fp64 for fp64
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, vl)  # fp32, fp64 for fp64
     t = targets.reshape(-1)
     if vocab_size is not None and vocab_size < vl * w:
         z = z.masked_fill(torch.arange(start, start + vl, device=z.device) >= vocab_size, float("-inf"))
     with torch.no_grad():
         m = z.max(-1).values
-        if w > 1: m = _all_reduce(m, group, dist.ReduceOp.MAX)
+        if w > 1:
+            m = _all_reduce(m, group, dist.ReduceOp.MAX)
     z = z - m[:, None]
     sum_exp = reduce_from_tp(z.exp().sum(-1), group)
     local_t = t - start
@@ -343,49 +444,72 @@ def vocab_parallel_cross_entropy(logits: Tensor, targets: Tensor, group=None, vo
     z_t = reduce_from_tp(picked, group)
     keep = t != ignore_index
     loss = torch.where(keep, sum_exp.log() - z_t, 0.0)
-    if reduction == "none": return loss.view(targets.shape)
+    if reduction == "none":
+        return loss.view(targets.shape)
     return loss.sum() if reduction == "sum" else loss.sum() / keep.sum()
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #ff0b57bb
 class _TPAttention(CausalSelfAttention):
     "CausalSelfAttention on this rank's heads: f (or SP all-gather) in, the model's own forward, g (or SP reduce-scatter) out."
+
     def forward(self, x, ve, cos, sin, window, kv_cache=None):
-        if kv_cache is not None: raise NotImplementedError("KV-cached decoding under tensor parallelism is not implemented")
+        if kv_cache is not None:
+            raise NotImplementedError("KV-cached decoding under tensor parallelism is not implemented")
         g = self.tp_group
         x = gather_from_sp(x, g, 1, cos.size(0)) if self.tp_sp else copy_to_tp(x, g)
         y = super().forward(x, ve, cos, sin, window, None)
         return reduce_scatter_to_sp(y, g, 1) if self.tp_sp else reduce_from_tp(y, g)
 
+
 class _TPMLP(MLP):
     "MLP on this rank's slice of the hidden 4d: f (or SP all-gather, padded rows kept: they stay zero) in, g (or reduce-scatter) out."
+
     def forward(self, x):
         g = self.tp_group
         x = gather_from_sp(x, g, 1) if self.tp_sp else copy_to_tp(x, g)
         y = super().forward(x)
         return reduce_scatter_to_sp(y, g, 1) if self.tp_sp else reduce_from_tp(y, g)
 
+
 class _TPGPT(GPT):
     "GPT whose forward uses the vocab-parallel embedding, head and loss (see `parallelize`)."
-    def forward(self, idx: Tensor, targets: Tensor | None = None, loss_reduction: str = "mean", kv_cache=None) -> Tensor:
-        if kv_cache is not None: raise NotImplementedError("KV-cached decoding under tensor parallelism is not implemented")
-        if idx.ndim != 2: raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
-        if loss_reduction not in ("mean", "sum", "none"): raise ValueError(f"loss_reduction must be mean, sum or none, got {loss_reduction!r}")
+
+    def forward(
+        self, idx: Tensor, targets: Tensor | None = None, loss_reduction: str = "mean", kv_cache=None
+    ) -> Tensor:
+        if kv_cache is not None:
+            raise NotImplementedError("KV-cached decoding under tensor parallelism is not implemented")
+        if idx.ndim != 2:
+            raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+        if loss_reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"loss_reduction must be mean, sum or none, got {loss_reduction!r}")
         B, T = idx.shape
-        if T > self.cos.size(0): raise ValueError(f"positions up to {T} exceed sequence_len {self.cos.size(0)}")
+        if T > self.cos.size(0):
+            raise ValueError(f"positions up to {T} exceed sequence_len {self.cos.size(0)}")
         g, sp, c = self.tp_group, self.tp_sp, self.config
         cos, sin = self.cos[:T], self.sin[:T]
         dtype = detect_compute_dtype(idx.device.type)
-        x = x0 = norm(self.wte(idx).to(dtype))                   # (B, T, d), or the sequence shard (B, ceil(T/W), d)
-        rl, xl = (copy_to_tp(self.resid_lambdas, g), copy_to_tp(self.x0_lambdas, g)) if sp else (self.resid_lambdas, self.x0_lambdas)
+        x = x0 = norm(self.wte(idx).to(dtype))  # (B, T, d), or the sequence shard (B, ceil(T/W), d)
+        rl, xl = (
+            (copy_to_tp(self.resid_lambdas, g), copy_to_tp(self.x0_lambdas, g))
+            if sp
+            else (self.resid_lambdas, self.x0_lambdas)
+        )
         for i, block in enumerate(self.blocks):
             x = rl[i].to(dtype) * x + xl[i].to(dtype) * x0
-            ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None   # this rank's KV heads
+            ve = (
+                self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
+            )  # this rank's KV heads
             x = block(x, ve, cos, sin, self.windows[i], None)
         logits = self.lm_head(norm(x), seq_len=T)
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))       # (B, T, ceil(V/W)): this rank's vocabulary slice
-        logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)   # elementwise: applied locally
-        if targets is None: return gather_from_tp(logits, g, -1, c.vocab_size)
+        logits = logits.to(
+            torch.promote_types(logits.dtype, torch.float32)
+        )  # (B, T, ceil(V/W)): this rank's vocabulary slice
+        logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)  # elementwise: applied locally
+        if targets is None:
+            return gather_from_tp(logits, g, -1, c.vocab_size)
         return vocab_parallel_cross_entropy(logits, targets, g, c.vocab_size, ignore_index=-1, reduction=loss_reduction)
+
 
 def parallelize(model: GPT, mesh=None, *, sp: bool = False, tp_group=None) -> GPT:
     """Apply tensor parallelism (and with `sp`, sequence parallelism) to a built `nanolit.model.GPT` in place, over
@@ -394,74 +518,121 @@ def parallelize(model: GPT, mesh=None, *, sp: bool = False, tp_group=None) -> GP
     shard. Call before building the optimizer, then wrap it with `tensor_parallel_optimizer`. Raises ValueError if
     n_kv_head is not divisible by the tp size or the model is already parallelized; NotImplementedError for KV caches.
     Data parallel on a 2-D mesh: average gradients over `mesh.group("dp")` as usual (`allreduce_gradients`)."""
-    if not isinstance(model, GPT): raise ValueError(f"parallelize expects a nanolit GPT, got {type(model).__name__}")
-    if isinstance(model, _TPGPT) or getattr(model, "tp_group", None) is not None: raise ValueError("model is already tensor-parallel")
+    if not isinstance(model, GPT):
+        raise ValueError(f"parallelize expects a nanolit GPT, got {type(model).__name__}")
+    if isinstance(model, _TPGPT) or getattr(model, "tp_group", None) is not None:
+        raise ValueError("model is already tensor-parallel")
     group = tp_group if tp_group is not None else (mesh.group("tp") if mesh is not None else None)
     w = tp_world(group)
-    if w == 1: return model
+    if w == 1:
+        return model
     c = model.config
-    if c.n_kv_head % w: raise ValueError(f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w}): "
-                                         f"heads are split whole, query heads with their KV head (GQA)")
-    def shard_(mod, name, dim): setattr(mod, name, _shard_param(getattr(mod, name), dim, group))
+    if c.n_kv_head % w:
+        raise ValueError(
+            f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w}): "
+            f"heads are split whole, query heads with their KV head (GQA)"
+        )
+
+    def shard_(mod, name, dim):
+        setattr(mod, name, _shard_param(getattr(mod, name), dim, group))
+
     with torch.no_grad():
         for b in model.blocks:
             a = b.attn
-            for lin in (a.c_q, a.c_k, a.c_v, b.mlp.c_fc): shard_(lin, "weight", 0)
-            for lin in (a.c_proj, b.mlp.c_proj): shard_(lin, "weight", 1)
-            if a.ve_gate is not None: shard_(a, "ve_gate", 0)
+            for lin in (a.c_q, a.c_k, a.c_v, b.mlp.c_fc):
+                shard_(lin, "weight", 0)
+            for lin in (a.c_proj, b.mlp.c_proj):
+                shard_(lin, "weight", 1)
+            if a.ve_gate is not None:
+                shard_(a, "ve_gate", 0)
             a.n_head, a.n_kv_head = a.n_head // w, a.n_kv_head // w
             a.__class__, b.mlp.__class__ = _TPAttention, _TPMLP
-            for m in (a, b.mlp): m.tp_group, m.tp_sp = group, sp
-        for e in model.value_embeds.values(): shard_(e, "weight", 1)
+            for m in (a, b.mlp):
+                m.tp_group, m.tp_sp = group, sp
+        for e in model.value_embeds.values():
+            shard_(e, "weight", 1)
         model.wte = VocabParallelEmbedding.from_embedding(model.wte, group, sequence_parallel=sp)
-        model.lm_head = ColumnParallelLinear.from_linear(model.lm_head, group, gather_output=False, sequence_parallel=sp)
+        model.lm_head = ColumnParallelLinear.from_linear(
+            model.lm_head, group, gather_output=False, sequence_parallel=sp
+        )
     model.__class__ = _TPGPT
     model.tp_group, model.tp_sp = group, sp
     return model
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #af1122a1
 def _orthogonalize(u: Tensor, method: str, ns_steps: int) -> Tensor:
-    if method == "newton_schulz": return newton_schulz(u, ns_steps)
-    if method == "polar_express": return polar_express(u, ns_steps)
-    if method == "svd": return polar_svd(u)
+    if method == "newton_schulz":
+        return newton_schulz(u, ns_steps)
+    if method == "polar_express":
+        return polar_express(u, ns_steps)
+    if method == "svd":
+        return polar_svd(u)
     raise ValueError(f"unknown orthogonalisation method {method!r}")
 
+
 @torch.no_grad()
-def tp_muon_step_(p: Tensor, grad: Tensor, state: dict, *, lr: float, momentum: float = 0.95, weight_decay: float = 0.0,
-                  nesterov: bool = True, ns_steps: int = 5, method: str = "newton_schulz") -> None:
+def tp_muon_step_(
+    p: Tensor,
+    grad: Tensor,
+    state: dict,
+    *,
+    lr: float,
+    momentum: float = 0.95,
+    weight_decay: float = 0.0,
+    nesterov: bool = True,
+    ns_steps: int = 5,
+    method: str = "newton_schulz",
+) -> None:
     """`muon_step_` for a tensor-parallel shard `p` (with `_tp_dim`, `_tp_size`, `_tp_group`, or a DTensor): sharded momentum,
     all-gather of the update direction, orthogonalisation of the full matrix, own slice applied. Equals the
     one-process step on the full matrix."""
     from torch.distributed.tensor import DTensor, distribute_tensor
+
     dt = isinstance(p, DTensor)
-    p_l, g_l = (p.to_local(), grad.to_local()) if dt else (p, grad)     # to_local() aliases the shard's storage
-    if "momentum_buffer" not in state: state["momentum_buffer"] = torch.zeros_like(p_l)
+    p_l, g_l = (p.to_local(), grad.to_local()) if dt else (p, grad)  # to_local() aliases the shard's storage
+    if "momentum_buffer" not in state:
+        state["momentum_buffer"] = torch.zeros_like(p_l)
     buf = state["momentum_buffer"]
     buf.lerp_(g_l, 1 - momentum)
     u = g_l.lerp(buf, momentum) if nesterov else buf
-    if dt: full = DTensor.from_local(u, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride()).full_tensor()
-    else: full = gather_param(_tag(u, p._tp_dim, p._tp_size, p._tp_group))
+    if dt:
+        full = DTensor.from_local(
+            u, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride()
+        ).full_tensor()
+    else:
+        full = gather_param(_tag(u, p._tp_dim, p._tp_size, p._tp_group))
     o = _orthogonalize(full, method, ns_steps).to(p.dtype) * max(1.0, full.size(0) / full.size(1)) ** 0.5
-    if dt: mine = distribute_tensor(o, p.device_mesh, p.placements, src_data_rank=None).to_local()   # no communication
-    else: mine = shard_tensor(o, p._tp_dim, tp_rank(p._tp_group), tp_world(p._tp_group))
-    if weight_decay != 0: p_l.mul_(1 - lr * weight_decay)
+    if dt:
+        mine = distribute_tensor(o, p.device_mesh, p.placements, src_data_rank=None).to_local()  # no communication
+    else:
+        mine = shard_tensor(o, p._tp_dim, tp_rank(p._tp_group), tp_world(p._tp_group))
+    if weight_decay != 0:
+        p_l.mul_(1 - lr * weight_decay)
     p_l.add_(mine, alpha=-lr)
+
 
 def _is_dtensor(t) -> bool:
     from torch.distributed.tensor import DTensor
+
     return isinstance(t, DTensor)
+
 
 class TensorParallelMuonAdamW(MuonAdamW):
     "`MuonAdamW` whose Muon groups orthogonalise tensor-parallel shards as whole matrices (`tp_muon_step_`)."
+
     def muon_step_fn(self, p: Tensor):
         "`tp_muon_step_` for a parameter sharded over > 1 rank (hand-tagged or DTensor), else the plain `muon_step_`."
         sharded = (getattr(p, "_tp_dim", None) is not None and tp_world(p._tp_group) > 1) or _is_dtensor(p)
         return tp_muon_step_ if sharded else muon_step_
 
+
 def tensor_parallel_optimizer(optimizer: MuonAdamW) -> TensorParallelMuonAdamW:
     "Make a `MuonAdamW` (e.g. from `build_optimizer(model.param_groups(), ...)`) tensor-parallel aware, in place (class swap; state kept)."
-    if not isinstance(optimizer, MuonAdamW): raise ValueError(f"expected a MuonAdamW, got {type(optimizer).__name__} "
-                                                              "(ZeRO-1 sharding over dp is not combined with tp here)")
+    if not isinstance(optimizer, MuonAdamW):
+        raise ValueError(
+            f"expected a MuonAdamW, got {type(optimizer).__name__} "
+            "(ZeRO-1 sharding over dp is not combined with tp here)"
+        )
     optimizer.__class__ = TensorParallelMuonAdamW
     return optimizer
 
@@ -475,28 +646,37 @@ def clip_grad_norm_tp_(params, max_norm: float, tp_group=None) -> Tensor:
     ValueError if `max_norm <= 0`."""
     return clip_grad_norm_(params, max_norm)
 
+
 def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """The model's state dict with every tensor-parallel shard gathered to its full, unpadded shape (DTensors via
     `full_tensor()`); every rank of the tp group gets the whole dict. Keys and shapes equal the plain model's."""
     from torch.distributed.tensor import DTensor
+
     shards = {n: p for n, p in model.named_parameters() if getattr(p, "_tp_dim", None) is not None}
     out = {}
     for k, v in model.state_dict().items():
-        if k in shards: v = gather_param(shards[k])
-        elif isinstance(v, DTensor): v = v.full_tensor()
+        if k in shards:
+            v = gather_param(shards[k])
+        elif isinstance(v, DTensor):
+            v = v.full_tensor()
         out[k] = v.detach().clone()
     return out
+
 
 def load_full_state_dict(model: nn.Module, state_dict: dict[str, Tensor], strict: bool = True):
     """Load a full (unsharded) state dict into a tensor-parallel model: each rank copies its own shard (padded by the
     rule above); DTensor parameters are sliced by their placements. Raises ValueError on a shape mismatch."""
     from torch.distributed.tensor import DTensor, distribute_tensor
+
     shards = {n: p for n, p in model.named_parameters() if getattr(p, "_tp_dim", None) is not None}
     own, new = model.state_dict(), {}
     for k, v in state_dict.items():
         if k in shards:
             p = shards[k]
-            if v.size(p._tp_dim) != p._tp_size: raise ValueError(f"{k}: full size {v.size(p._tp_dim)} along dim {p._tp_dim}, model expects {p._tp_size}")
+            if v.size(p._tp_dim) != p._tp_size:
+                raise ValueError(
+                    f"{k}: full size {v.size(p._tp_dim)} along dim {p._tp_dim}, model expects {p._tp_size}"
+                )
             v = shard_tensor(v, p._tp_dim, tp_rank(p._tp_group), tp_world(p._tp_group))
         elif k in own and isinstance(own[k], DTensor):
             v = distribute_tensor(v.to(own[k].dtype), own[k].device_mesh, own[k].placements, src_data_rank=None)
@@ -506,12 +686,17 @@ def load_full_state_dict(model: nn.Module, state_dict: dict[str, Tensor], strict
 # %% ../../nbs/06c_tensor_parallel.ipynb #ee408391
 def _full_like_param(v: Tensor, p: Tensor) -> Tensor:
     from torch.distributed.tensor import DTensor
-    if isinstance(v, DTensor): return v.full_tensor()
+
+    if isinstance(v, DTensor):
+        return v.full_tensor()
     if isinstance(p, DTensor) and v.shape == p.to_local().shape and v.ndim:
-        return DTensor.from_local(v, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride()).full_tensor()
+        return DTensor.from_local(
+            v, p.device_mesh, p.placements, run_check=False, shape=p.shape, stride=p.stride()
+        ).full_tensor()
     if getattr(p, "_tp_dim", None) is not None and v.shape == p.shape and v.ndim:
         return gather_param(_tag(v.detach(), p._tp_dim, p._tp_size, p._tp_group))
     return v.detach()
+
 
 def full_optimizer_state_dict(optimizer: torch.optim.Optimizer, model: nn.Module) -> dict[str, Tensor]:
     """The optimizer's per-parameter state gathered to full, unpadded shapes: {"<param name>/<state key>": tensor}
@@ -519,24 +704,32 @@ def full_optimizer_state_dict(optimizer: torch.optim.Optimizer, model: nn.Module
     names = {id(p): n for n, p in model.named_parameters()}
     out = {}
     for p, st in optimizer.state.items():
-        if id(p) not in names: raise ValueError(f"optimizer holds a parameter of shape {tuple(p.shape)} that is not in the model")
+        if id(p) not in names:
+            raise ValueError(f"optimizer holds a parameter of shape {tuple(p.shape)} that is not in the model")
         for k, v in st.items():
-            if torch.is_tensor(v): out[f"{names[id(p)]}/{k}"] = _full_like_param(v, p).clone()
+            if torch.is_tensor(v):
+                out[f"{names[id(p)]}/{k}"] = _full_like_param(v, p).clone()
     return out
 
-def load_full_optimizer_state_dict(optimizer: torch.optim.Optimizer, model: nn.Module, state: dict[str, Tensor]) -> None:
+
+def load_full_optimizer_state_dict(
+    optimizer: torch.optim.Optimizer, model: nn.Module, state: dict[str, Tensor]
+) -> None:
     """Install a `full_optimizer_state_dict` into `optimizer` for `model` at this rank's tp layout (each rank keeps its
     slice; 0-D entries such as AdamW's `step` are copied). Replaces the existing per-parameter state."""
     from torch.distributed.tensor import DTensor, distribute_tensor
+
     params = dict(model.named_parameters())
     optimizer.state.clear()
     for key, v in state.items():
         name, k = key.rsplit("/", 1)
-        if name not in params: raise ValueError(f"state for unknown parameter {name!r}")
+        if name not in params:
+            raise ValueError(f"state for unknown parameter {name!r}")
         p = params[name]
         if v.ndim and isinstance(p, DTensor):
             v = distribute_tensor(v.to(p.dtype), p.device_mesh, p.placements, src_data_rank=None)
-            if k == "momentum_buffer": v = v.to_local()      # Muon keeps DTensor momentum as the local shard
+            if k == "momentum_buffer":
+                v = v.to_local()  # Muon keeps DTensor momentum as the local shard
         elif v.ndim and getattr(p, "_tp_dim", None) is not None:
             v = shard_tensor(v, p._tp_dim, tp_rank(p._tp_group), tp_world(p._tp_group))
         optimizer.state[p][k] = v.clone()
@@ -548,43 +741,70 @@ def parallelize_dtensor(model: GPT, mesh=None, *, sp: bool = False, device_mesh=
     `device_mesh`); the GPT keeps its own forward. Same preconditions and errors as `parallelize`. Train with
     `loss_context(model)` around forward + backward and `tensor_parallel_optimizer`."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, parallelize_module
-    if not isinstance(model, GPT): raise ValueError(f"parallelize_dtensor expects a nanolit GPT, got {type(model).__name__}")
-    if getattr(model, "tp_group", None) is not None or getattr(model, "tp_dtensor", False): raise ValueError("model is already tensor-parallel")
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    if not isinstance(model, GPT):
+        raise ValueError(f"parallelize_dtensor expects a nanolit GPT, got {type(model).__name__}")
+    if getattr(model, "tp_group", None) is not None or getattr(model, "tp_dtensor", False):
+        raise ValueError("model is already tensor-parallel")
     if device_mesh is None:
-        if mesh is None or mesh.size("tp") == 1: return model
+        if mesh is None or mesh.size("tp") == 1:
+            return model
         device_mesh = mesh.device_mesh["tp"]
     w, group = device_mesh.size(), device_mesh.get_group()
     c = model.config
-    if c.n_kv_head % w: raise ValueError(f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w})")
+    if c.n_kv_head % w:
+        raise ValueError(f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w})")
     seq = Shard(1) if sp else Replicate()
-    plan = {"wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
-            "lm_head": ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False)}
-    for k in model.value_embeds: plan[f"value_embeds.{k}"] = ColwiseParallel()
+    plan = {
+        "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
+        "lm_head": ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False),
+    }
+    for k in model.value_embeds:
+        plan[f"value_embeds.{k}"] = ColwiseParallel()
     for i, b in enumerate(model.blocks):
         p = f"blocks.{i}."
         if sp:
-            plan[p + "attn"] = PrepareModuleInput(input_layouts=(seq,) + (None,) * 5, desired_input_layouts=(Replicate(),) + (None,) * 5)
+            plan[p + "attn"] = PrepareModuleInput(
+                input_layouts=(seq,) + (None,) * 5, desired_input_layouts=(Replicate(),) + (None,) * 5
+            )
             plan[p + "mlp"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
-        for n in ("attn.c_q", "attn.c_k", "attn.c_v", "mlp.c_fc"): plan[p + n] = ColwiseParallel()
-        for n in ("attn.c_proj", "mlp.c_proj"): plan[p + n] = RowwiseParallel(output_layouts=seq)
+        for n in ("attn.c_q", "attn.c_k", "attn.c_v", "mlp.c_fc"):
+            plan[p + n] = ColwiseParallel()
+        for n in ("attn.c_proj", "mlp.c_proj"):
+            plan[p + n] = RowwiseParallel(output_layouts=seq)
         b.attn.n_head, b.attn.n_kv_head = b.attn.n_head // w, b.attn.n_kv_head // w
         if b.attn.ve_gate is not None:
-            with torch.no_grad(): b.attn.ve_gate = _shard_param(b.attn.ve_gate, 0, group)
+            with torch.no_grad():
+                b.attn.ve_gate = _shard_param(b.attn.ve_gate, 0, group)
     parallelize_module(model, device_mesh, plan)
     if sp:
-        for lam in (model.resid_lambdas, model.x0_lambdas): lam.register_hook(lambda g: _all_reduce(g, group))
+        for lam in (model.resid_lambdas, model.x0_lambdas):
+            lam.register_hook(lambda g: _all_reduce(g, group))
+
         def check_len(mod, args):
             if args and args[0].ndim == 2 and args[0].size(1) % w:
-                raise ValueError(f"DTensor sequence parallel needs T ({args[0].size(1)}) divisible by tp ({w}): "
-                                 "DTensor.from_local infers the global length as tp x local (use `parallelize`, which pads)")
+                raise ValueError(
+                    f"DTensor sequence parallel needs T ({args[0].size(1)}) divisible by tp ({w}): "
+                    "DTensor.from_local infers the global length as tp x local (use `parallelize`, which pads)"
+                )
+
         model.register_forward_pre_hook(check_len)
     model.tp_dtensor = True
     return model
 
+
 def loss_context(model: nn.Module):
     "`loss_parallel()` for a model from `parallelize_dtensor` (wrap forward with targets and backward in it); else a no-op context."
     from contextlib import nullcontext
-    if not getattr(model, "tp_dtensor", False): return nullcontext()
+
+    if not getattr(model, "tp_dtensor", False):
+        return nullcontext()
     from torch.distributed.tensor.parallel import loss_parallel
+
     return loss_parallel()

@@ -22,7 +22,8 @@ import torch.distributed as dist
 __all__ = ['COMPUTE_DTYPE', 'PEAK_FLOPS_BF16', 'autodetect_device_type', 'detect_compute_dtype', 'DistInfo', 'get_dist_info',
            'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything',
            'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit',
-           'sample_texts', 'exit_on_user_error', 'cli_from_dataclass', 'cpu_peak_flops', 'get_peak_flops']
+           'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_from_dataclass', 'cpu_peak_flops',
+           'get_peak_flops']
 
 # %% ../nbs/00_core.ipynb #277f8b21
 def autodetect_device_type() -> str:
@@ -252,22 +253,31 @@ def exit_on_user_error():
         raise SystemExit(2) from None
 
 
+def field_helps(cls) -> dict[str, str]:
+    "Each field's trailing comment in dataclass `cls` and its dataclass bases (a subclass's comment wins)."
+    import importlib
+
+    from fastcore.docments import docments
+
+    helps = {}
+    for klass in reversed([k for k in cls.__mro__ if k is not object]):
+        if klass.__module__ == "__main__":  # under `python -m pkg.mod`: read the importable twin's source
+            spec = getattr(sys.modules["__main__"], "__spec__", None)
+            klass = getattr(importlib.import_module(spec.name), klass.__name__, klass) if spec else klass
+        try:
+            helps |= {k: v for k, v in docments(klass).items() if v}
+        except (OSError, TypeError):  # no source to read (built in a REPL)
+            pass
+    return helps
+
+
 def cli_from_dataclass(cls, fn, doc: str | None = None, cleanup=None):
     """A fastcore `call_parse` command whose options are the fields of dataclass `cls` (types, defaults and the
     fields' trailing comments as help); running it calls `fn(cls(**options))`. bool fields take true/false.
     A user error exits with one line and status 2 (`exit_on_user_error`). `cleanup()` (e.g. `dist_cleanup`) runs after `fn`, whatever happened."""
     from fastcore.script import call_parse, bool_arg
-    from fastcore.docments import docments
 
-    hints, helps = get_type_hints(cls), docments(cls)
-    if not any(helps.values()) and cls.__module__ == "__main__":
-        # under `python -m pkg.mod` the source of __main__'s classes can't be read: read the importable twin instead
-        import importlib
-        import sys
-
-        spec = getattr(sys.modules["__main__"], "__spec__", None)
-        if spec is not None:
-            helps = docments(getattr(importlib.import_module(spec.name), cls.__name__, cls))
+    hints, helps = get_type_hints(cls), field_helps(cls)
     params = []
     for f in _dc_fields(cls):
         t = hints[f.name]

@@ -7,6 +7,7 @@ Docs: https://nanolit.github.io/nanolit/optim.html.md"""
 # %% ../nbs/05_optim.ipynb #2246b547
 from __future__ import annotations
 import math
+from dataclasses import dataclass
 import operator
 from collections.abc import Iterable, Sequence
 
@@ -18,7 +19,7 @@ from .core import COMPUTE_DTYPE
 # %% auto #0
 __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'adamw_update_',
            'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'muon_step_', 'MuonAdamW',
-           'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr',
+           'OptimConfig', 'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr',
            'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
@@ -305,6 +306,27 @@ class MuonAdamW(torch.optim.Optimizer):
         "The Muon update for parameter `p` (`muon_step_`); subclasses for sharded parameters override this alone."
         return muon_step_
 
+# %% ../nbs/05_optim.ipynb #4e2dcd49
+@dataclass
+class OptimConfig:
+    "Learning rates and weight decay of `build_optimizer` (nanochat's tuned values): the one place for these defaults."
+
+    matrix_lr: float = 0.02  # Muon lr for hidden matrices
+    embedding_lr: float = 0.2  # AdamW lr for token and value embeddings
+    unembedding_lr: float = 0.004  # AdamW lr for the lm head
+    scalar_lr: float = 0.5  # AdamW lr for per-layer scalars
+    weight_decay: float = 0.0  # decoupled weight decay, 2-D parameters only
+
+    def optimizer_kwargs(self, scale: float = 1.0) -> dict:
+        "The keyword arguments of `build_optimizer`, every lr times `scale` (SFT and RL start at a fraction)."
+        lrs = dict(
+            matrix_lr=self.matrix_lr,
+            embedding_lr=self.embedding_lr,
+            unembedding_lr=self.unembedding_lr,
+            scalar_lr=self.scalar_lr,
+        )
+        return {k: v * scale for k, v in lrs.items()} | dict(weight_decay=self.weight_decay)
+
 # %% ../nbs/05_optim.ipynb #e60abd53
 PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
 
@@ -312,11 +334,11 @@ PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
 def build_optimizer(
     param_groups: dict[str, list],
     *,
-    matrix_lr: float = 0.02,
-    embedding_lr: float = 0.2,
-    unembedding_lr: float = 0.004,
-    scalar_lr: float = 0.5,
-    weight_decay: float = 0.0,
+    matrix_lr: float = OptimConfig.matrix_lr,
+    embedding_lr: float = OptimConfig.embedding_lr,
+    unembedding_lr: float = OptimConfig.unembedding_lr,
+    scalar_lr: float = OptimConfig.scalar_lr,
+    weight_decay: float = OptimConfig.weight_decay,
     adam_betas: tuple[float, float] = (0.8, 0.95),
     adam_eps: float = 1e-10,
     muon_momentum: float = 0.95,

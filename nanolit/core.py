@@ -235,7 +235,7 @@ import contextlib
 import inspect
 import sys
 from dataclasses import fields as _dc_fields, MISSING as _MISSING
-from typing import Annotated, get_type_hints
+from typing import Annotated, Literal, get_args, get_origin, get_type_hints
 
 
 @contextlib.contextmanager
@@ -280,17 +280,13 @@ def cli_from_dataclass(cls, fn, doc: str | None = None, cleanup=None):
     hints, helps = get_type_hints(cls), field_helps(cls)
     params = []
     for f in _dc_fields(cls):
-        t = hints[f.name]
+        t, extra = hints[f.name], {}
+        if get_origin(t) is Literal:  # a mode: argparse checks the value against the choices
+            t, extra = type(get_args(t)[0]), {"choices": list(get_args(t))}
         t = bool_arg if t is bool else t
         default = f.default if f.default is not _MISSING else f.default_factory()
-        params.append(
-            inspect.Parameter(
-                f.name,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=default,
-                annotation=Annotated[t, helps.get(f.name) or ""],
-            )
-        )
+        anno = Annotated[t, helps.get(f.name) or "", extra] if extra else Annotated[t, helps.get(f.name) or ""]
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=anno))
 
     def main(**kw):
         with exit_on_user_error():

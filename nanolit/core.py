@@ -9,10 +9,18 @@ from __future__ import annotations
 import os
 import random
 import re
+import base64
+import contextlib
+import importlib
+import inspect
 import subprocess
-import platform
+import sys
+import tempfile
+from dataclasses import MISSING as _MISSING
 from dataclasses import dataclass
+from dataclasses import fields as _dc_fields
 from pathlib import Path
+from typing import Annotated, Literal, get_args, get_origin, get_type_hints
 
 import numpy as np
 import torch
@@ -22,7 +30,7 @@ import torch.distributed as dist
 __all__ = ['COMPUTE_DTYPE', 'PEAK_FLOPS_BF16', 'autodetect_device_type', 'detect_compute_dtype', 'DistInfo', 'get_dist_info',
            'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything',
            'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit',
-           'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_from_dataclass', 'cpu_peak_flops',
+           'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_from_dataclass', 'cpu_peak_flops',
            'get_peak_flops']
 
 # %% ../nbs/00_core.ipynb #277f8b21
@@ -83,8 +91,7 @@ class DistInfo:
 
 
 def get_dist_info() -> DistInfo:
-    """This process's `DistInfo`, read from torchrun's environment (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`, all three needed;
-    else rank 0 of 1) without initialising anything. ValueError if a variable is not an integer."""
+    "This process's `DistInfo` from torchrun's RANK, LOCAL_RANK and WORLD_SIZE (else rank 0 of 1); initialises nothing."
     if all(k in os.environ for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")):
         rank, local, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
         is_d = True
@@ -138,7 +145,7 @@ def print0(*args, **kwargs):
 
 # %% ../nbs/00_core.ipynb #e3219cd4
 def seed_everything(seed: int) -> None:
-    "Seed Python's `random`, NumPy (with `seed mod 2**32`, its limit) and torch (CPU and every CUDA device) with the int `seed`."
+    "Seed Python's `random`, NumPy (`seed mod 2**32`, its limit) and torch (CPU and every CUDA device) with `seed`."
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
@@ -154,7 +161,7 @@ def get_rng_state() -> dict:
 
 
 def set_rng_state(s: dict) -> None:
-    "Restore generator states saved by `get_rng_state` (a 'cuda' entry is ignored without CUDA). KeyError if a key is missing."
+    "Restore generator states saved by `get_rng_state` ('cuda' ignored without CUDA)."
     random.setstate(s["python"])
     np.random.set_state(s["numpy"])
     torch.set_rng_state(s["torch"])
@@ -162,14 +169,14 @@ def set_rng_state(s: dict) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 # %% ../nbs/00_core.ipynb #12105dd8
-import base64
-
-
 def rng_state_to_json(s: dict) -> dict:
     "A JSON-serialisable copy of a `get_rng_state()` dict: tuples become lists, uint8 tensors base64 strings."
     v, internal, gauss = s["python"]
     name, keys, pos, has_gauss, cached = s["numpy"]
-    b64 = lambda t: base64.b64encode(t.cpu().numpy().tobytes()).decode()
+
+    def b64(t):
+        return base64.b64encode(t.cpu().numpy().tobytes()).decode()
+
     out = dict(
         python=[v, list(internal), gauss],
         numpy=[name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
@@ -182,7 +189,10 @@ def rng_state_to_json(s: dict) -> dict:
 
 def rng_state_from_json(d: dict) -> dict:
     "Inverse of `rng_state_to_json`: a dict `set_rng_state` accepts (torch states as uint8 CPU tensors)."
-    t = lambda x: torch.frombuffer(bytearray(base64.b64decode(x)), dtype=torch.uint8).clone()
+
+    def t(x):
+        return torch.frombuffer(bytearray(base64.b64decode(x)), dtype=torch.uint8).clone()
+
     v, internal, gauss = d["python"]
     name, keys, pos, has_gauss, cached = d["numpy"]
     out = dict(
@@ -196,7 +206,7 @@ def rng_state_from_json(d: dict) -> dict:
 
 # %% ../nbs/00_core.ipynb #6e497798
 def get_base_dir() -> Path:
-    "The artifact root as a Path: `$NANOLIT_BASE_DIR` or `~/.cache/nanolit`, created if missing (OSError if it can't be)."
+    "The artifact root: `$NANOLIT_BASE_DIR` or `~/.cache/nanolit`, created if missing (OSError if it can't be)."
     p = Path(os.environ.get("NANOLIT_BASE_DIR") or Path.home() / ".cache" / "nanolit").expanduser()
     p.mkdir(parents=True, exist_ok=True)
     return p
@@ -220,9 +230,30 @@ def git_commit(default: str = "unknown") -> str:
     except (OSError, subprocess.SubprocessError):
         return default
 
+# %% ../nbs/00_core.ipynb #7410c1f9
+def atomic_write(
+    path: str | Path,  # the destination; its directory must exist
+    data: bytes | str,  # the whole content (str is written as UTF-8)
+    mode: int = 0o644,  # permissions of the new file (mkstemp's default 0600 would hide shared data)
+) -> Path:
+    "Write `data` to `path` all or nothing: a temp file in the same directory, fsync, then `os.replace`."
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp")
+    try:
+        os.chmod(tmp, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
 # %% ../nbs/00_core.ipynb #b4810684
 def sample_texts() -> dict[str, str]:
-    "The public-domain Shakespeare shipped in `nanolit/assets/shakespeare/`: {work name: full text}, about 315 kB in all."
+    "The public-domain Shakespeare in `nanolit/assets/shakespeare/`: {work name: full text}, about 315 kB in all."
     d = Path(__file__).parent / "assets" / "shakespeare" if "__file__" in globals() else None
     if d is None or not d.exists():  # running inside the notebook: find the package next to nbs/
         import nanolit
@@ -231,18 +262,10 @@ def sample_texts() -> dict[str, str]:
     return {p.stem: p.read_text(encoding="utf-8") for p in sorted(d.glob("*.txt"))}
 
 # %% ../nbs/00_core.ipynb #36566222
-import contextlib
-import inspect
-import sys
-from dataclasses import fields as _dc_fields, MISSING as _MISSING
-from typing import Annotated, Literal, get_args, get_origin, get_type_hints
-
-
 @contextlib.contextmanager
 def exit_on_user_error():
-    """Context for a command line's body: a user error inside (ValueError, FileNotFoundError, FileExistsError: a bad
-    option, a missing checkpoint) prints one line `error: <message>` to stderr (on rank 0 only under torchrun) and
-    exits with status 2 (SystemExit) instead of a traceback; NANOLIT_TRACEBACK=1 lets the exception through."""
+    "A command's body: a user error (ValueError, FileNotFoundError, FileExistsError) exits 2 with one `error:` line."
+    # one line on rank 0 only under torchrun, no traceback; NANOLIT_TRACEBACK=1 lets the exception through
     try:
         yield
     except (ValueError, FileNotFoundError, FileExistsError) as e:
@@ -252,11 +275,9 @@ def exit_on_user_error():
             print(f"error: {e}", file=sys.stderr, flush=True)  # once, not per rank
         raise SystemExit(2) from None
 
-
+# %% ../nbs/00_core.ipynb #413a26bd
 def field_helps(cls) -> dict[str, str]:
     "Each field's trailing comment in dataclass `cls` and its dataclass bases (a subclass's comment wins)."
-    import importlib
-
     from fastcore.docments import docments
 
     helps = {}
@@ -270,11 +291,14 @@ def field_helps(cls) -> dict[str, str]:
             pass
     return helps
 
-
-def cli_from_dataclass(cls, fn, doc: str | None = None, cleanup=None):
-    """A fastcore `call_parse` command whose options are the fields of dataclass `cls` (types, defaults and the
-    fields' trailing comments as help); running it calls `fn(cls(**options))`. bool fields take true/false.
-    A user error exits with one line and status 2 (`exit_on_user_error`). `cleanup()` (e.g. `dist_cleanup`) runs after `fn`, whatever happened."""
+# %% ../nbs/00_core.ipynb #bb793257
+def cli_from_dataclass(
+    cls,  # a dataclass: its fields are the options (types, defaults, trailing comments as help)
+    fn,  # called as fn(cls(**options)); a user error in it exits with one line (`exit_on_user_error`)
+    doc: str | None = None,  # the command's description (default: the class docstring)
+    cleanup=None,  # called after `fn` whatever happened, e.g. `dist_cleanup`
+):
+    "A fastcore `call_parse` command for a config dataclass: bool fields take true/false, Literal fields are choices."
     from fastcore.script import call_parse, bool_arg
 
     hints, helps = get_type_hints(cls), field_helps(cls)
@@ -324,9 +348,9 @@ PEAK_FLOPS_BF16 = {  # dense bf16 tensor-core peak, FLOP/s, from vendor datashee
 
 
 def cpu_peak_flops(n_cores: int | None = None, ghz: float | None = None) -> float:
-    """Estimated fp32 peak of this CPU in FLOP/s: cores x GHz x (2 FMA units x SIMD lanes x 2 FLOPs), lanes 16 with
-    AVX-512, 8 with AVX2, else 4. `n_cores` defaults to the usable cores, `ghz` to /proc/cpuinfo's clock (2.5 if unknown).
-    Source: Intel/AMD optimisation manuals (2 FMA ports per core on recent x86). An upper bound, not a measurement."""
+    "Estimated fp32 peak FLOP/s of this CPU: cores x GHz x 2 FMA units x SIMD lanes x 2 (an upper bound, not measured)."
+    # lanes: 16 with AVX-512, 8 with AVX2, else 4; `n_cores` defaults to the usable cores, `ghz` to /proc/cpuinfo's
+    # clock (2.5 if unknown). Source: Intel/AMD optimisation manuals (2 FMA ports per core on recent x86).
     flags, mhz = "", None
     try:
         txt = Path("/proc/cpuinfo").read_text()

@@ -22,6 +22,12 @@ def test_package_lint_clean():
     assert r.returncode == 0, r.stdout[-4000:]
 
 
+def test_notebook_lines_kept():
+    "The notebooks' code cells (the source) keep 120 columns; the package allows nbdev's generated lines 130."
+    r = ruff("check", "--select", "E501", "--config", "lint.pycodestyle.max-line-length=120", "nbs")
+    assert r.returncode == 0, r.stdout[-4000:]
+
+
 def test_notebooks_formatted():
     r = ruff("format", "--check", "nbs")
     assert r.returncode == 0, "run `.venv/bin/ruff format nbs`:\n" + r.stdout[-4000:]

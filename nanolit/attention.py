@@ -1,4 +1,4 @@
-"""Causal attention from the loop up: a per-query loop, the masked matmul, PyTorch's fused SDPA and (when present) flash-attention, with sliding windows and grouped-query attention, all tested equal.
+"""Causal attention from the loop up: a loop, a masked matmul, fused SDPA and flash-attention, all tested equal.
 
 Docs: https://nanolit.github.io/nanolit/attention.html.md"""
 
@@ -35,10 +35,13 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> tuple[int
     return B, Tq, Tk, Hq, Hkv, D
 
 # %% ../nbs/03_attention.ipynb #7fb56464
-def attention_naive(q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Tensor:
-    """Causal (optionally sliding-window, grouped-query) attention by an explicit loop over batch, head and query.
-    q: (B,Tq,Hq,D); k, v: (B,Tk,Hkv,D) with Hq % Hkv == 0 and Tq <= Tk. Query i is at position Tk-Tq+i and sees keys j with
-    p-window < j <= p (all j <= p when window is None). Returns (B,Tq,Hq,D) in q's dtype. The reference; use `attention`."""
+def attention_naive(
+    q: Tensor,  # queries (B, Tq, Hq, D); query i sits at position Tk - Tq + i
+    k: Tensor,  # keys (B, Tk, Hkv, D), Hq % Hkv == 0, Tk >= Tq
+    v: Tensor,  # values, k's shape
+    window: int | None = None,  # query p sees keys p - window < j <= p; None: all j <= p
+) -> Tensor:  # (B, Tq, Hq, D) in q's dtype
+    "Causal (sliding-window, grouped-query) attention by an explicit loop over batch, head and query: the reference."
     B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
     group = Hq // Hkv
     rows = []
@@ -55,10 +58,13 @@ def attention_naive(q: Tensor, k: Tensor, v: Tensor, window: int | None = None) 
     return torch.stack(rows).view(B, Hq, Tq, D).transpose(1, 2).contiguous()
 
 # %% ../nbs/03_attention.ipynb #1f4a0883
-def attention_mask(Tq: int, Tk: int, window: int | None = None, device: torch.device | str | None = None) -> Tensor:
-    """torch.bool mask of shape (Tq, Tk) on `device`, True where query i (at position Tk-Tq+i) may attend to key j:
-    j <= Tk-Tq+i (causal) and, if `window` w is given, j > Tk-Tq+i-w (sliding window, Beltagy et al. 2020).
-    ValueError if Tq > Tk or w < 1."""
+def attention_mask(
+    Tq: int,  # queries: the last Tq of the Tk positions
+    Tk: int,  # keys
+    window: int | None = None,  # sliding window w (Beltagy et al. 2020): also j > p - w
+    device: torch.device | str | None = None,  # where the mask is built
+) -> Tensor:  # bool (Tq, Tk)
+    "True where query i (at position p = Tk - Tq + i) may attend to key j: j <= p. ValueError if Tq > Tk or w < 1."
     if Tq > Tk:
         raise ValueError(f"Tq ({Tq}) must be <= Tk ({Tk})")
     if window is not None and window < 1:
@@ -71,14 +77,17 @@ def attention_mask(Tq: int, Tk: int, window: int | None = None, device: torch.de
     return mask
 
 # %% ../nbs/03_attention.ipynb #847554a3
-def attention_matmul(q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Tensor:
-    """Same contract as `attention_naive` (q: (B,Tq,Hq,D); k, v: (B,Tk,Hkv,D) -> (B,Tq,Hq,D) in q's dtype; ValueError on bad
-    shapes or window), computed as masked matmuls softmax(QK^T/sqrt(D) + M) V over all queries at once (Vaswani et al.
-    2017, eq. 1). Materialises the (B,Hq,Tq,Tk) score tensor: a reference, not for long sequences."""
+def attention_matmul(
+    q: Tensor,  # (B, Tq, Hq, D)
+    k: Tensor,  # (B, Tk, Hkv, D)
+    v: Tensor,  # (B, Tk, Hkv, D)
+    window: int | None = None,  # as in `attention_naive`
+) -> Tensor:  # (B, Tq, Hq, D) in q's dtype
+    "`attention_naive` as masked matmuls softmax(QK^T/sqrt(D) + M) V over all queries at once (Vaswani et al. 2017)."
     B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
     k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)  # (B, Hq, Tq, Tk)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)  # (B, Hq, Tq, Tk): materialised, a reference
     scores = scores.masked_fill(~attention_mask(Tq, Tk, window, device=q.device), float("-inf"))
     return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)  # (B, Tq, Hq, D)
 
@@ -92,7 +101,7 @@ _SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")  
 
 
 def _flash_window(window: int | None) -> tuple[int, int]:
-    "flash-attn's `window_size=(left, right)` for our causal window w: w-1 keys to the left, none to the right; -1 = unbounded."
+    "flash-attn's `window_size=(left, right)` for our causal window w: w-1 keys left, none right; -1: unbounded."
     return (-1, 0) if window is None else (window - 1, 0)
 
 
@@ -101,11 +110,13 @@ def _use_flash(q: Tensor) -> bool:
     return _flash_attn_func is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None) -> Tensor:
-    """Causal attention, fast path. q: (B,Tq,Hq,D); k, v: (B,Tk,Hkv,D) with Hq % Hkv == 0 and Tq <= Tk; query i sits at
-    position Tk-Tq+i (so Tq=1 is a decode step against a KV cache). `window` w (None = full context) restricts query p to
-    keys p-w < j <= p. Scale 1/sqrt(D). Returns (B,Tq,Hq,D) in q's dtype. Uses flash-attn (Dao 2023) for CUDA bf16/fp16
-    inputs when installed, else `F.scaled_dot_product_attention`. Raises ValueError on bad shapes or window."""
+def attention(
+    q: Tensor,  # queries (B, Tq, Hq, D); query i at position Tk - Tq + i (Tq = 1: a decode step on a KV cache)
+    k: Tensor,  # keys (B, Tk, Hkv, D), Hq % Hkv == 0, Tk >= Tq
+    v: Tensor,  # values, k's shape
+    window: int | None = None,  # query p sees keys p - window < j <= p; None: the full causal context
+) -> Tensor:  # (B, Tq, Hq, D) in q's dtype
+    "Causal attention, fast path: flash-attn for CUDA bf16/fp16 when installed, else SDPA. Scale 1/sqrt(D)."
     B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
     if _use_flash(q):
         return _flash_attn_func(q, k, v, causal=True, window_size=_flash_window(window))

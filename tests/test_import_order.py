@@ -68,6 +68,29 @@ def test_imports_follow_notebook_order():
     assert not bad, "import of a later notebook's module:\n" + "\n".join(bad)
 
 
+def private_imports(mod: str, src: str, known: set[str]) -> list[str]:
+    "One line per `_private` name that module `mod` imports from another package module."
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(mod.split(".")[: -node.level] + ([base] if base else []))
+            if base in known and base != mod:
+                out += [f"{mod} imports {base}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return out
+
+
+def test_no_private_names_across_modules():
+    "A name another module needs is public (in `__all__`, on the docs site); `_names` stay in their module."
+    order = notebook_of_module()
+    bad = [line for m, src in package_sources().items() for line in private_imports(m, src, set(order))]
+    assert not bad, "\n".join(bad)
+    assert private_imports("nanolit.rl", "from .sft import chat_eval, _save_curves\n", {"nanolit.sft"}) == [
+        "nanolit.rl imports nanolit.sft._save_curves"
+    ]
+
+
 def test_order_check_fails_on_violations():
     "The check is not vacuous: a top-level, a lazy and a relative import of a later module are each caught."
     order = {"nanolit.core": "00_core", "nanolit.eval": "09_eval", "nanolit.tasks": "10_tasks"}

@@ -1,4 +1,4 @@
-"""AdamW written out and checked against torch's, Muon (momentum orthogonalised by Newton–Schulz), one MuonAdamW optimizer for the whole model, and warmup / constant / warmdown schedules.
+"""AdamW checked against torch's, Muon (Newton–Schulz orthogonalised momentum), one MuonAdamW, WSD schedules.
 
 Docs: https://nanolit.github.io/nanolit/optim.html.md"""
 
@@ -6,13 +6,13 @@ Docs: https://nanolit.github.io/nanolit/optim.html.md"""
 
 # %% ../nbs/05_optim.ipynb #2246b547
 from __future__ import annotations
-import math
-from dataclasses import dataclass
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from fastcore.basics import patch
+from torch import Tensor
 
 from .core import COMPUTE_DTYPE
 
@@ -25,14 +25,17 @@ __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAM
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
 def adamw_update_(
-    p: Tensor, grad: Tensor, state: dict, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float
+    p: Tensor,  # the parameter (any shape; a flat shard is fine), updated in place
+    grad: Tensor,  # its gradient, p's shape
+    state: dict,  # the parameter's state: empty at first, then `step` (0-D fp32 CPU), `exp_avg`, `exp_avg_sq`
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,  # added after the square root of the bias-corrected second moment, as torch does
+    weight_decay: float,  # decoupled: p *= 1 - lr * weight_decay, first
 ) -> None:
-    """One AdamW step on `p` in place (Loshchilov & Hutter 2019, Adam of Kingma & Ba 2015), with torch's semantics.
-
-    `p` and `grad` have the same shape (any; a flat shard is fine). `state` is the parameter's state dict: empty on
-    the first call, then it holds `step` (a 0-D fp32 CPU tensor, as torch keeps it), `exp_avg` and `exp_avg_sq`
-    (same dtype and shape as `p`). Decoupled weight decay `p *= 1 - lr*weight_decay` comes first; `eps` is added
-    after the square root of the bias-corrected second moment."""
+    "One AdamW step on `p` in place (Loshchilov & Hutter 2019), with `torch.optim.AdamW`'s arithmetic."
     if grad.shape != p.shape:
         raise ValueError(f"grad shape {tuple(grad.shape)} != param shape {tuple(p.shape)}")
     if not state:
@@ -83,13 +86,11 @@ def _check_adamw_hparams(lr, betas, eps, weight_decay):
 
 
 class AdamW(torch.optim.Optimizer):
-    """AdamW (Loshchilov & Hutter 2019) with `torch.optim.AdamW`'s semantics and defaults (no amsgrad, no maximize).
-
-    `params`: an iterable of tensors or of param-group dicts. State per parameter as in `adamw_update_`."""
+    "AdamW (Loshchilov & Hutter 2019) with `torch.optim.AdamW`'s semantics and defaults (no amsgrad, no maximize)."
 
     def __init__(
         self,
-        params,
+        params,  # tensors, or param-group dicts; state per parameter as in `adamw_update_`
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -100,8 +101,7 @@ class AdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One AdamW step (`adamw_update_`) on every parameter with a `.grad`, in place; returns `closure()`'s loss
-        (re-evaluated with grad enabled) or None. State is created lazily on a parameter's first step."""
+        "One AdamW step (`adamw_update_`) on every parameter with a `.grad`; returns `closure()`'s loss or None."
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -111,10 +111,10 @@ class AdamW(torch.optim.Optimizer):
         return loss
 
 # %% ../nbs/05_optim.ipynb #f22fc57c
-def polar_svd(G: Tensor) -> Tensor:
-    """The polar factor U V^T of `G` (m, n) = U S V^T, by SVD in fp32; returns (m, n) in G's dtype. A stack
-    (..., m, n) gives each matrix's polar factor. The exact answer the Newton–Schulz iterations approximate
-    (Higham 2008, "Functions of Matrices", ch. 8). ValueError for fewer than 2 dims."""
+def polar_svd(
+    G: Tensor,  # (m, n), or a stack (..., m, n): each matrix gets its own polar factor
+) -> Tensor:  # G's shape and dtype
+    "The polar factor U V^T of G = U S V^T, by SVD in fp32: the exact answer Newton–Schulz approximates (Higham 2008)."
     if G.ndim < 2:
         raise ValueError(f"polar_svd needs a matrix (or a stack of them), got shape {tuple(G.shape)}")
     U, S, Vh = torch.linalg.svd(G.float(), full_matrices=False)
@@ -138,21 +138,15 @@ def _ns_dtype(G: Tensor) -> torch.dtype:
 
 
 def newton_schulz(
-    G: Tensor,
+    G: Tensor,  # (m, n), or a stack (..., m, n) (an MoE layer's experts) orthogonalised matrix by matrix
     steps: int = 5,
-    coeffs=NS_QUINTIC,
+    coeffs=NS_QUINTIC,  # one (a, b, c) for every step, or per-step triples (`POLAR_EXPRESS`: steps <= its length)
     *,
     eps: float = 1e-7,
-    norm_scale: float = 1.0,
-    dtype: torch.dtype | None = None,
-) -> Tensor:
-    """Approximate polar factor of `G` (m, n) by the odd quintic iteration X <- aX + b(XX^T)X + c(XX^T)^2 X; a stack
-    (..., m, n), e.g. the experts' matrices of an MoE layer (E, d, h), is orthogonalised matrix by matrix.
-
-    `coeffs` is one (a, b, c) used for every step (default: Keller Jordan's `NS_QUINTIC`) or a sequence of
-    per-step triples (e.g. `POLAR_EXPRESS`; then `steps` <= its length). X starts as G / (norm_scale*||G||_F + eps);
-    tall matrices are transposed so the Gram matrix is min(m, n) square. Runs in `dtype` (default bf16 on GPU per
-    `COMPUTE_DTYPE`, fp32 on CPU); returns G's shape in that dtype. Raises ValueError on an input of fewer than 2 dims."""
+    norm_scale: float = 1.0,  # X starts as G / (norm_scale * ||G||_F + eps)
+    dtype: torch.dtype | None = None,  # default: bf16 on GPU (`COMPUTE_DTYPE`), fp32 on CPU
+) -> Tensor:  # G's shape, in `dtype`
+    "Approximate polar factor of G by the odd quintic iteration X <- aX + b(XX^T)X + c(XX^T)^2 X."
     if G.ndim < 2:
         raise ValueError(
             f"Newton–Schulz orthogonalisation needs a matrix (or a stack of them), got shape {tuple(G.shape)}"
@@ -163,7 +157,7 @@ def newton_schulz(
     X = G.to(dtype or _ns_dtype(G))
     tall = X.size(-2) > X.size(-1)
     if tall:
-        X = X.mT
+        X = X.mT  # so the Gram matrix X X^T is min(m, n) square
     X = X / (X.norm(dim=(-2, -1), keepdim=True) * norm_scale + eps)  # each matrix by its own Frobenius norm
     for i in range(steps):
         a, b, c = coeffs[i] if per_step else coeffs
@@ -172,27 +166,25 @@ def newton_schulz(
     return X.mT if tall else X
 
 
-def polar_express(G: Tensor, steps: int = 5, **kw) -> Tensor:
-    """Polar Express (Amsel et al. 2025, arXiv:2505.16932): `newton_schulz` with the per-step `POLAR_EXPRESS`
-    coefficients (and a 2% safety margin on the norm). `G`: (m, n) or a stack (..., m, n); returns the same shape,
-    singular values in about [0.85, 1.15] after 5 steps. ValueError if `steps` exceeds the coefficient table."""
+def polar_express(
+    G: Tensor,  # (m, n) or a stack (..., m, n)
+    steps: int = 5,  # at most len(POLAR_EXPRESS)
+    **kw,  # passed to `newton_schulz` (eps, dtype)
+) -> Tensor:  # G's shape; singular values in about [0.85, 1.15] after 5 steps
+    "Polar Express (Amsel et al. 2025): `newton_schulz` with the per-step `POLAR_EXPRESS` coefficients, 2% norm margin."
     return newton_schulz(G, steps, POLAR_EXPRESS, norm_scale=1 + 2e-2, **kw)
 
 # %% ../nbs/05_optim.ipynb #02400126
 def muon_update(
-    grad: Tensor,
-    momentum_buffer: Tensor,
+    grad: Tensor,  # (m, n), or a stack (..., m, n) updated matrix by matrix as if each were its own parameter
+    momentum_buffer: Tensor,  # grad's shape, updated in place: B <- mu*B + (1-mu)*G
     *,
-    momentum: float = 0.95,
-    nesterov: bool = True,
+    momentum: float = 0.95,  # mu
+    nesterov: bool = True,  # orthogonalise U = (1-mu)*G + mu*B instead of U = B
     ns_steps: int = 5,
-    method: str = "newton_schulz",
-) -> Tensor:
-    """Muon's update direction for a `grad` (m, n) (Keller Jordan 2024): updates `momentum_buffer` in place
-    (B <- mu*B + (1-mu)*G), orthogonalises U = (1-mu)*G + mu*B (Nesterov) or U = B, and returns
-    sqrt(max(1, m/n)) * polar(U) as (m, n) in grad's dtype. A stack (..., m, n) (an MoE layer's experts) is updated
-    matrix by matrix, as if each were its own parameter. `method`: 'newton_schulz' (the quintic, default),
-    'polar_express' or 'svd' (exact, slow). Raises ValueError for grads of fewer than 2 dims or an unknown method."""
+    method: str = "newton_schulz",  # or 'polar_express', or 'svd' (exact, slow)
+) -> Tensor:  # sqrt(max(1, m/n)) * polar(U), grad's shape and dtype
+    "Muon's update direction for a gradient (Keller Jordan 2024): momentum, then its scaled polar factor."
     if grad.ndim < 2:
         raise ValueError(f"Muon updates matrices only, got shape {tuple(grad.shape)}; use AdamW for it")
     momentum_buffer.lerp_(grad, 1 - momentum)
@@ -210,20 +202,18 @@ def muon_update(
 
 @torch.no_grad()
 def muon_step_(
-    p: Tensor,
-    grad: Tensor,
-    state: dict,
+    p: Tensor,  # a matrix parameter (m, n) or a stack of them (..., m, n), updated in place
+    grad: Tensor,  # p's shape
+    state: dict,  # holds `momentum_buffer` (like p), created on the first call
     *,
     lr: float,
     momentum: float = 0.95,
-    weight_decay: float = 0.0,
+    weight_decay: float = 0.0,  # decoupled: p *= 1 - lr * weight_decay, first
     nesterov: bool = True,
     ns_steps: int = 5,
     method: str = "newton_schulz",
 ) -> None:
-    """One Muon step on a matrix parameter `p` (m, n), or a stack of them (..., m, n), in place:
-    p *= 1 - lr*weight_decay (decoupled), then p -= lr * muon_update(grad, ...). `state` holds `momentum_buffer`
-    (like p), created on the first call. ValueError for a parameter of fewer than 2 dims."""
+    "One Muon step: p *= 1 - lr*weight_decay, then p -= lr * muon_update(grad, ...). ValueError for a 0-/1-D p."
     if p.ndim < 2:
         raise ValueError(f"Muon updates matrices only, got a parameter of shape {tuple(p.shape)}")
     if "momentum_buffer" not in state:
@@ -241,70 +231,78 @@ ADAMW_DEFAULTS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
 
 class MuonAdamW(torch.optim.Optimizer):
-    """One optimizer with Muon groups (`group["kind"] == "muon"`, matrices or stacks of them only) and AdamW groups
-    (`"adamw"`), stepped together. `param_groups`: a list of dicts with `params`, `kind` and optional
-    hyperparameters (defaults `MUON_DEFAULTS` / `ADAMW_DEFAULTS`). Raises ValueError on an unknown kind, a 0-/1-D
-    param in a Muon group, or a parameter in two groups. AdamW groups behave exactly as `torch.optim.AdamW`."""
+    "One optimizer with Muon groups (`kind` 'muon', matrices only) and AdamW groups (`kind` 'adamw'), stepped together."
 
-    def __init__(self, param_groups: list[dict]):
+    def __init__(
+        self,
+        param_groups: list[dict],  # dicts with `params`, `kind` and optional hyperparameters (the defaults above)
+    ):
         param_groups = [param_groups] if isinstance(param_groups, (Tensor, dict)) else list(param_groups)
         if not all(isinstance(g, dict) for g in param_groups):
             raise ValueError("MuonAdamW takes a list of param-group dicts, each with a 'kind' of 'muon' or 'adamw'")
         super().__init__(param_groups, {})
 
-    def add_param_group(self, group: dict) -> None:
-        """Add a param group dict (`params`, `kind` 'muon' | 'adamw', optional hyperparameters), filling missing
-        hyperparameters from `MUON_DEFAULTS` / `ADAMW_DEFAULTS`. ValueError on an unknown kind, a 0-/1-D tensor in a
-        Muon group, invalid AdamW hyperparameters, or a parameter already in another group."""
-        kind = group.get("kind")
-        if kind not in ("muon", "adamw"):
-            raise ValueError(f"param group kind must be 'muon' or 'adamw', got {kind!r}")
-        for k, v in (MUON_DEFAULTS if kind == "muon" else ADAMW_DEFAULTS).items():
-            group.setdefault(k, v)
-        params = [group["params"]] if isinstance(group["params"], Tensor) else list(group["params"])
-        if kind == "muon":
-            for p in params:
-                if p.ndim < 2:
-                    raise ValueError(
-                        f"Muon group {group.get('name', '')!r} holds a parameter of shape "
-                        f"{tuple(p.shape)}; Muon takes matrices only"
-                    )
-        else:
-            group["betas"] = tuple(group["betas"])
-            _check_adamw_hparams(group["lr"], group["betas"], group["eps"], group["weight_decay"])
-        super().add_param_group(group)  # torch checks for parameters already in another group (ValueError)
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        """One step of every group in place: AdamW groups as `torch.optim.AdamW`, Muon groups by `muon_step_fn(p)`
-        on each (m, n) or (..., m, n) parameter with a `.grad`. Returns `closure()`'s loss or None."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            if group["kind"] == "adamw":
-                _adamw_group_step(group, self.state)
-                continue
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                self.muon_step_fn(p)(
-                    p,
-                    p.grad,
-                    self.state[p],
-                    lr=group["lr"],
-                    momentum=group["momentum"],
-                    weight_decay=group["weight_decay"],
-                    nesterov=group["nesterov"],
-                    ns_steps=group["ns_steps"],
-                    method=group["method"],
-                )
-        return loss
-
     def muon_step_fn(self, p: Tensor):
         "The Muon update for parameter `p` (`muon_step_`); subclasses for sharded parameters override this alone."
         return muon_step_
+
+# %% ../nbs/05_optim.ipynb #c69222e9
+@patch
+def add_param_group(
+    self: MuonAdamW,
+    group: dict,  # `params`, `kind` ('muon' | 'adamw'), optional hyperparameters
+) -> None:
+    "Add a param group, filling missing hyperparameters from `MUON_DEFAULTS` / `ADAMW_DEFAULTS`; ValueError if invalid."
+    kind = group.get("kind")
+    if kind not in ("muon", "adamw"):
+        raise ValueError(f"param group kind must be 'muon' or 'adamw', got {kind!r}")
+    for k, v in (MUON_DEFAULTS if kind == "muon" else ADAMW_DEFAULTS).items():
+        group.setdefault(k, v)
+    params = [group["params"]] if isinstance(group["params"], Tensor) else list(group["params"])
+    if kind == "muon":
+        for p in params:
+            if p.ndim < 2:
+                raise ValueError(
+                    f"Muon group {group.get('name', '')!r} holds a parameter of shape "
+                    f"{tuple(p.shape)}; Muon takes matrices only"
+                )
+    else:
+        group["betas"] = tuple(group["betas"])
+        _check_adamw_hparams(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+    # torch checks for parameters already in another group (ValueError)
+    torch.optim.Optimizer.add_param_group(self, group)
+
+# %% ../nbs/05_optim.ipynb #cf3df474
+@patch
+@torch.no_grad()
+def step(
+    self: MuonAdamW,
+    closure=None,  # re-evaluates the loss (with grad enabled), as torch's optimizers take it
+):
+    "One step of every group in place, AdamW groups as `torch.optim.AdamW`; returns `closure()`'s loss or None."
+    loss = None
+    if closure is not None:
+        with torch.enable_grad():
+            loss = closure()
+    for group in self.param_groups:
+        if group["kind"] == "adamw":
+            _adamw_group_step(group, self.state)
+            continue
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            self.muon_step_fn(p)(
+                p,
+                p.grad,
+                self.state[p],
+                lr=group["lr"],
+                momentum=group["momentum"],
+                weight_decay=group["weight_decay"],
+                nesterov=group["nesterov"],
+                ns_steps=group["ns_steps"],
+                method=group["method"],
+            )
+    return loss
 
 # %% ../nbs/05_optim.ipynb #4e2dcd49
 @dataclass
@@ -332,23 +330,19 @@ PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
 
 
 def build_optimizer(
-    param_groups: dict[str, list],
+    param_groups: dict[str, list],  # `PARAM_GROUP_KEYS` -> parameters (a missing key: none), as GPT.param_groups()
     *,
-    matrix_lr: float = OptimConfig.matrix_lr,
-    embedding_lr: float = OptimConfig.embedding_lr,
+    matrix_lr: float = OptimConfig.matrix_lr,  # Muon, for "matrix" (2-D, or 3-D stacks of expert matrices)
+    embedding_lr: float = OptimConfig.embedding_lr,  # AdamW lrs, times (model_dim/768)**-0.5 with a `model_dim`
     unembedding_lr: float = OptimConfig.unembedding_lr,
     scalar_lr: float = OptimConfig.scalar_lr,
-    weight_decay: float = OptimConfig.weight_decay,
+    weight_decay: float = OptimConfig.weight_decay,  # on 2-D (and stacked) parameters only
     adam_betas: tuple[float, float] = (0.8, 0.95),
     adam_eps: float = 1e-10,
     muon_momentum: float = 0.95,
-    model_dim: int | None = None,
-) -> MuonAdamW:
-    """A `MuonAdamW` for a model's parameters, given as {"matrix", "embedding", "lm_head", "scalar"} -> lists of
-    parameters (missing keys mean empty). "matrix" (2-D, or 3-D stacks of expert matrices) goes to Muon at `matrix_lr`; the others to AdamW at
-    their own lr, times (model_dim/768)**-0.5 if `model_dim` is given (nanochat's width scaling).
-    `weight_decay` applies to 2-D parameters only. Every group gets `initial_lr` (its lr) and `name`.
-    Raises ValueError on unknown keys, a parameter listed twice, or a 0-/1-D "matrix" parameter."""
+    model_dim: int | None = None,  # the model width, for nanochat's width scaling of AdamW's lrs
+) -> MuonAdamW:  # every group has `name` and `initial_lr` (its lr, what schedules multiply)
+    "A `MuonAdamW` for a model's parameter groups. ValueError on unknown keys, a parameter twice, a 0-/1-D matrix."
     unknown = set(param_groups) - set(PARAM_GROUP_KEYS)
     if unknown:
         raise ValueError(f"unknown parameter group keys {sorted(unknown)}; expected {PARAM_GROUP_KEYS}")
@@ -422,11 +416,12 @@ def _fraction(v, name: str) -> float:
     return float(v)
 
 
-def warmup_warmdown_steps(num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2) -> tuple[int, int]:
-    """(W, D): the warmup and warmdown lengths, in trained steps, of a `num_steps`-step WSD schedule, with W + D <= N.
-    D = round(warmdown_ratio * N), at least 1 if the ratio is > 0. If they overlap, the warmup keeps its length and
-    the warmdown takes the steps left after it, but at least the last one (a warmup of N or more steps is cut to N-1
-    for it); a one-step run has no warmdown. ValueError on invalid arguments."""
+def warmup_warmdown_steps(
+    num_steps: int,  # N, the trained steps 0..N-1
+    warmup_steps: int = 0,  # W asked for
+    warmdown_ratio: float = 0.2,  # D = round(ratio * N), at least 1 if the ratio is > 0
+) -> tuple[int, int]:  # (W, D) with W + D <= N
+    "The warmup and warmdown lengths of an N-step WSD schedule; on overlap the warmdown keeps at least the last step."
     num_steps, warmup_steps = _whole(num_steps, "num_steps"), _whole(warmup_steps, "warmup_steps")
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1, got {num_steps}")
@@ -438,16 +433,15 @@ def warmup_warmdown_steps(num_steps: int, warmup_steps: int = 0, warmdown_ratio:
     D = 0 if D == 0 or N == 1 else max(1, min(D, N - warmup_steps))  # the warmdown keeps at least the last step
     return min(warmup_steps, N - D), D
 
-
+# %% ../nbs/05_optim.ipynb #dd94f8de
 def lr_multiplier(
-    step: int, num_steps: int, warmup_steps: int = 0, warmdown_ratio: float = 0.2, final_lr_frac: float = 0.0
+    step: int,  # a trained step, 0..num_steps-1
+    num_steps: int,
+    warmup_steps: int = 0,
+    warmdown_ratio: float = 0.2,  # (W, D) = `warmup_warmdown_steps(num_steps, warmup_steps, warmdown_ratio)`
+    final_lr_frac: float = 0.0,  # the value at the last trained step, whenever there is a warmdown
 ) -> float:
-    """Learning-rate multiplier at trained step `step` (0-based; a loop of `num_steps` steps trains 0..num_steps-1) of
-    a warmup / constant / linear warmdown (WSD) schedule (Hägele et al. 2024), with (W, D) = `warmup_warmdown_steps`:
-    (step+1)/W during warmup (so step 0 is > 0 and step W-1 is exactly 1), 1, then linear down over the last D steps
-    to exactly `final_lr_frac` at step num_steps-1 whenever there is a warmdown (D > 0: any warmdown_ratio > 0 and
-    N > 1). Without one (warmdown_ratio 0, or a one-step run, whose only step must be > 0) the schedule ends at its
-    plateau (or its warmup's last value). Raises ValueError on invalid arguments (a step outside 0..N-1)."""
+    "The WSD learning-rate multiplier (Hägele et al. 2024): (step+1)/W in warmup, 1, then linear down to the final."
     W, D = warmup_warmdown_steps(num_steps, warmup_steps, warmdown_ratio)
     num_steps, step = _whole(num_steps, "num_steps"), _whole(step, "step")
     if not 0 <= step < num_steps:
@@ -459,28 +453,36 @@ def lr_multiplier(
         return final_lr_frac + (1 - final_lr_frac) * (num_steps - 1 - step) / D
     return 1.0
 
-
-def muon_momentum(step: int, warmup: int = 300, start: float = 0.85, end: float = 0.95) -> float:
-    """Muon momentum (a float in [start, end]) at 0-based optimizer `step`: linear from `start` at step 0 to `end` at
-    step `warmup`, then `end` (the warmup of modded-nanogpt, Jordan et al. 2024). ValueError if `step` or `warmup` < 0."""
+# %% ../nbs/05_optim.ipynb #195b6841
+def muon_momentum(
+    step: int,  # 0-based optimizer step
+    warmup: int = 300,  # steps from `start` to `end`
+    start: float = 0.85,
+    end: float = 0.95,
+) -> float:
+    "Muon momentum at `step`: linear from `start` to `end` over `warmup` steps, then `end` (modded-nanogpt's warmup)."
     if step < 0 or warmup < 0:
         raise ValueError(f"step and warmup must be >= 0, got {step}, {warmup}")
     frac = min(step / warmup, 1.0) if warmup > 0 else 1.0
     return (1 - frac) * start + frac * end
 
 
-def apply_lr(optimizer: torch.optim.Optimizer, multiplier: float) -> None:
-    """Set every param group's `lr` to its `initial_lr` times `multiplier` (e.g. `lr_multiplier(step, ...)`), in place.
-    ValueError if a group has no `initial_lr` (groups made by `build_optimizer` have one)."""
+def apply_lr(
+    optimizer: torch.optim.Optimizer,  # its groups have `initial_lr` (those of `build_optimizer` do; else ValueError)
+    multiplier: float,  # e.g. `lr_multiplier(step, ...)`
+) -> None:
+    "Set every param group's `lr` to its `initial_lr` times `multiplier`, in place."
     for g in optimizer.param_groups:
         if "initial_lr" not in g:
             raise ValueError(f"param group {g.get('name', '')!r} has no 'initial_lr'; use build_optimizer")
         g["lr"] = g["initial_lr"] * multiplier
 
 
-def apply_muon_momentum(optimizer: torch.optim.Optimizer, momentum: float) -> None:
-    """Set `momentum` (e.g. `muon_momentum(step)`) on every Muon group of `optimizer` (kind 'muon') in place;
-    AdamW groups are left alone. Returns None."""
+def apply_muon_momentum(
+    optimizer: torch.optim.Optimizer,
+    momentum: float,  # e.g. `muon_momentum(step)`
+) -> None:
+    "Set `momentum` on every Muon group (kind 'muon') of `optimizer` in place; AdamW groups are left alone."
     for g in optimizer.param_groups:
         if g.get("kind") == "muon":
             g["momentum"] = momentum

@@ -1,4 +1,4 @@
-"""A modern GPT in one file: rotary positions, QK-norm, ReLU² MLP, grouped-query and sliding-window attention, value embeddings, residual and x0 scalars, logit softcap; one depth dial, meta-device build, FLOPs per token.
+"""A modern GPT: RoPE, QK-norm, ReLU², GQA, sliding windows, value embeddings, softcap; one depth dial, FLOPs.
 
 Docs: https://nanolit.github.io/nanolit/model.html.md"""
 
@@ -13,10 +13,11 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from torch.distributed.tensor import DTensor
 from torch import Tensor
 
-from .core import COMPUTE_DTYPE, detect_compute_dtype
+from .core import detect_compute_dtype
 from .attention import attention
 
 # %% auto #0
@@ -27,8 +28,7 @@ __all__ = ['LOSS_CHUNK_BYTES', 'GPTConfig', 'norm', 'Linear', 'rotary_tables', '
 # %% ../nbs/04_model.ipynb #be52701e
 @dataclass
 class GPTConfig:
-    """The model's shape (field comments give units). See `from_depth` for the one-dial way to make one.
-    ValueError if a size is < 1, heads don't divide the width / each other, head_dim is odd or the pattern isn't S/L."""
+    "The model's shape (field comments give units); `from_depth` is the one-dial way to make one."
 
     sequence_len: int = 2048  # maximum context (tokens); also the length of the rotary tables
     vocab_size: int = 32768  # tokens in the vocabulary
@@ -65,7 +65,7 @@ class GPTConfig:
         return self.n_embd // self.n_head
 
     def layer_windows(self) -> list[int | None]:
-        "Attention window per layer: `short_window` for S, None (full context) for L; the pattern tiled, the last layer L."
+        "Attention window per layer: `short_window` for S, None (full context) for L; pattern tiled, last layer L."
         ws = [
             self.short_window if self.window_pattern[i % len(self.window_pattern)] == "S" else None
             for i in range(self.n_layer)
@@ -75,25 +75,27 @@ class GPTConfig:
 
     @classmethod
     def from_depth(
-        cls, depth: int, vocab_size: int, sequence_len: int = 2048, aspect_ratio: int = 64, head_dim: int = 128, **kw
+        cls,
+        depth: int,  # n_layer, the one dial
+        vocab_size: int,
+        sequence_len: int = 2048,
+        aspect_ratio: int = 64,  # n_embd = depth x aspect_ratio, rounded up to a multiple of head_dim
+        head_dim: int = 128,  # n_head = n_embd / head_dim
+        **kw,  # other fields (e.g. `n_kv_head` for GQA)
     ) -> "GPTConfig":
-        """The one dial: a config from the depth alone (nanochat's scheme): n_embd = depth x `aspect_ratio` rounded up to a
-        multiple of `head_dim`, n_head = n_embd / head_dim. Extra keywords override fields (e.g. `n_kv_head`).
-        ValueError if depth, head_dim or aspect_ratio < 1."""
+        "A config from the depth alone (nanochat's scheme). ValueError if depth, head_dim or aspect_ratio < 1."
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         if head_dim < 1 or aspect_ratio < 1:
             raise ValueError(f"head_dim and aspect_ratio must be >= 1, got {head_dim}, {aspect_ratio}")
-        n_embd = (
-            -(-depth * aspect_ratio // head_dim) * head_dim
-        )  # width = depth x aspect ratio 64, rounded up to whole heads (nanochat)
+        n_embd = -(-depth * aspect_ratio // head_dim) * head_dim  # depth x 64, rounded up to whole heads (nanochat)
         n_head = n_embd // head_dim  # heads of head_dim 128 (nanochat: d20 -> 10 heads, d26 -> 13)
         kw.setdefault("n_kv_head", n_head)  # plain MHA unless asked for GQA
         return cls(sequence_len=sequence_len, vocab_size=vocab_size, n_layer=depth, n_head=n_head, n_embd=n_embd, **kw)
 
 # %% ../nbs/04_model.ipynb #15c9cbe3
 def norm(x: Tensor) -> Tensor:
-    "Parameter-free RMSNorm over the last dim (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps), eps = the dtype's machine eps. Any shape (..., d); returns x's shape and dtype."
+    "Parameter-free RMSNorm over the last dim (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps), eps the dtype's."
     return F.rms_norm(x, (x.size(-1),))
 
 
@@ -104,13 +106,17 @@ class Linear(nn.Linear):
         super().__init__(in_features, out_features, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        "x: (..., in_features) in any float dtype -> x @ W^T, (..., out_features) in x's dtype (W cast, not stored, in it)."
+        "x (..., in_features), any float dtype -> x @ W^T (..., out_features) in x's dtype (W cast, not stored)."
         return F.linear(x, self.weight.to(x.dtype))
 
 # %% ../nbs/04_model.ipynb #81499c8e
-def rotary_tables(seq_len: int, head_dim: int, base: float = 10000.0, device=None) -> tuple[Tensor, Tensor]:
-    """fp32 (cos, sin) tables of shape (seq_len, head_dim/2) on `device`: angle m * base^(-2i/head_dim) radians for position m,
-    channel pair i (Su et al. 2021, RoFormer, eq. 15). ValueError if head_dim is odd."""
+def rotary_tables(
+    seq_len: int,  # positions m = 0..seq_len-1
+    head_dim: int,  # D, even
+    base: float = 10000.0,  # b: channel pair i turns at b^(-2i/D) radians per position
+    device=None,
+) -> tuple[Tensor, Tensor]:  # fp32 (cos, sin), each (seq_len, D/2)
+    "RoPE's cos and sin tables of the angles m * base^(-2i/D) (Su et al. 2021, RoFormer, eq. 15)."
     if head_dim % 2:
         raise ValueError(f"head_dim must be even, got {head_dim}")
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)  # theta_i
@@ -118,8 +124,12 @@ def rotary_tables(seq_len: int, head_dim: int, base: float = 10000.0, device=Non
     return angles.cos(), angles.sin()
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    "Rotate-half RoPE. x: (B,T,H,D); cos, sin: (T, D/2) for x's positions. Pairs channel i with i + D/2. Returns x's shape and dtype."
+def apply_rotary(
+    x: Tensor,  # (B, T, H, D)
+    cos: Tensor,  # (T, D/2) for x's positions
+    sin: Tensor,  # (T, D/2)
+) -> Tensor:  # x's shape and dtype
+    "Rotate-half RoPE: channel i is paired with channel i + D/2."
     d = x.size(-1) // 2
     x1, x2 = x[..., :d], x[..., d:]
     cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
@@ -127,10 +137,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 # %% ../nbs/04_model.ipynb #7b9a89db
 class CausalSelfAttention(nn.Module):
-    """Multi-head (or grouped-query, Ainslie et al. 2023) causal self-attention with RoPE, QK-norm, optional value
-    embedding (gated per KV head) and sliding window, for layer `layer_idx` of a `GPTConfig`. Bias-free `Linear`s."""
+    "Causal self-attention with GQA, RoPE, QK-norm, a sliding window and an optional gated value embedding."
 
-    def __init__(self, config: GPTConfig, layer_idx: int, has_ve: bool):
+    def __init__(
+        self,
+        config: GPTConfig,
+        layer_idx: int,  # which layer (the KV cache slot)
+        has_ve: bool,  # whether this layer mixes in a value embedding
+    ):
         super().__init__()
         self.layer_idx, self.n_head, self.n_kv_head, self.head_dim = (
             layer_idx,
@@ -143,17 +157,19 @@ class CausalSelfAttention(nn.Module):
         self.c_k = Linear(d, self.n_kv_head * self.head_dim)
         self.c_v = Linear(d, self.n_kv_head * self.head_dim)
         self.c_proj = Linear(self.n_head * self.head_dim, d)
-        self.ve_gate = (
-            nn.Parameter(torch.empty(self.n_kv_head)) if has_ve else None
-        )  # per-KV-head gate on the value embedding
+        self.ve_gate = nn.Parameter(torch.empty(self.n_kv_head)) if has_ve else None  # per KV head, on the ve
         self.attn_fn = attention  # swap for `attention_naive` to check the model against the reference loop
 
     def forward(
-        self, x: Tensor, ve: Tensor | None, cos: Tensor, sin: Tensor, window: int | None, kv_cache=None
-    ) -> Tensor:
-        """x: (B, T, n_embd); ve: None or (B, T, n_kv_head*head_dim) value embedding; cos, sin: (T, head_dim/2) for these
-        positions; `window`: None or int (see `nanolit.attention.attention`). With a `kv_cache` the new k, v are appended
-        and attention runs over all cached positions. Returns (B, T, n_embd) in x's dtype."""
+        self,
+        x: Tensor,  # (B, T, n_embd)
+        ve: Tensor | None,  # the value embedding (B, T, n_kv_head * head_dim), or None
+        cos: Tensor,  # (T, head_dim/2) for these positions
+        sin: Tensor,
+        window: int | None,  # as in `nanolit.attention.attention`
+        kv_cache=None,  # appends the new k, v; attention then runs over every cached position
+    ) -> Tensor:  # (B, T, n_embd) in x's dtype
+        "Project to q, k, v; add the gated value embedding; RoPE, then QK-norm; attention; project back."
         B, T, _ = x.shape
         q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
         k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
@@ -166,7 +182,7 @@ class CausalSelfAttention(nn.Module):
         y = self.attn_fn(q, k, v, window)
         return self.c_proj(y.reshape(B, T, -1))
 
-
+# %% ../nbs/04_model.ipynb #794087db
 class MLP(nn.Module):
     "Feed-forward W2 relu(W1 x)^2 (So et al. 2021, Primer), hidden width 4 x n_embd, no biases."
 
@@ -187,18 +203,21 @@ class Block(nn.Module):
         self.attn, self.mlp = CausalSelfAttention(config, layer_idx, has_ve), MLP(config)
 
     def forward(self, x, ve, cos, sin, window, kv_cache=None):
-        "x: (B, T, n_embd) -> (B, T, n_embd): x + attn(norm(x)), then + mlp(norm(x)). Other arguments as `CausalSelfAttention.forward`."
+        "x (B, T, n_embd) -> x + attn(norm(x)), then + mlp(norm(x)); the rest as `CausalSelfAttention.forward`."
         x = x + self.attn(norm(x), ve, cos, sin, window, kv_cache)
         return x + self.mlp(norm(x))
 
-
+# %% ../nbs/04_model.ipynb #5b2ea2df
 class KVCache:
-    """The simplest KV cache: preallocated k, v of shape (n_layer, B, max_len, n_kv_head, head_dim) and `pos`, the number
-    of positions filled. `update` writes a layer's new keys/values at `pos` and returns all so far; the model calls
-    `advance(T)` after its last layer. Keeps every key (windowed layers could keep fewer)."""
+    "The simplest KV cache: preallocated k, v (n_layer, B, max_len, n_kv_head, head_dim) and `pos`, positions filled."
 
     def __init__(
-        self, config: GPTConfig, batch_size: int, max_len: int | None = None, device=None, dtype=torch.float32
+        self,
+        config: GPTConfig,
+        batch_size: int,
+        max_len: int | None = None,  # positions it holds; default `config.sequence_len`
+        device=None,
+        dtype=torch.float32,
     ):
         self.max_len = max_len or config.sequence_len
         shape = (config.n_layer, batch_size, self.max_len, config.n_kv_head, config.head_dim)
@@ -208,10 +227,13 @@ class KVCache:
             0,
         )
 
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write `layer`'s new keys/values k, v: (B, T, n_kv_head, head_dim) at positions pos..pos+T-1 (cast to the cache
-        dtype) and return views of all filled ones, (B, pos+T, n_kv_head, head_dim) each. Does not move `pos` (see
-        `advance`). ValueError if pos+T > max_len."""
+    def update(
+        self,
+        layer: int,
+        k: Tensor,  # the new keys (B, T, n_kv_head, head_dim), written at pos..pos+T-1 in the cache's dtype
+        v: Tensor,  # the new values, k's shape
+    ) -> tuple[Tensor, Tensor]:  # views of all filled keys and values, (B, pos+T, n_kv_head, head_dim) each
+        "Write a layer's new keys and values and return all so far; `pos` moves in `advance`. ValueError when full."
         end = self.pos + k.size(1)
         if end > self.max_len:
             raise ValueError(f"KV cache full: {end} positions > max_len {self.max_len}")
@@ -223,7 +245,7 @@ class KVCache:
         self.pos += T
 
     def reset(self) -> None:
-        "Forget the cached positions (`pos = 0`) so the cache can be reused for a new sequence; the buffers are kept."
+        "Forget the cached positions (`pos = 0`) to reuse the cache for a new sequence; the buffers are kept."
         self.pos = 0
 
 # %% ../nbs/04_model.ipynb #c014c4cc
@@ -235,14 +257,14 @@ def _loss_dtype(h: Tensor) -> torch.dtype:
 
 
 def _block_logits(h: Tensor, w: Tensor, softcap: float) -> tuple[Tensor, Tensor | None]:
-    "fp32 (fp64 for fp64 h) logits c*tanh(h W^T / c) of a block of rows (the matmul in h's dtype, as `Linear`), and tanh's output."
+    "fp32 (fp64 for fp64 h) logits c*tanh(h W^T / c) of a block of rows, and tanh's output; the matmul as `Linear`."
     z = F.linear(h, w.to(h.dtype)).to(_loss_dtype(h))
     if softcap > 0:
         t = torch.tanh(z / softcap)
         return softcap * t, t
     return z, None
 
-
+# %% ../nbs/04_model.ipynb #a9ca3460
 class ChunkedLMLoss(torch.autograd.Function):
     "Per-position cross-entropy of softcapped logits h W^T, block by block; saves h, W, targets and the log-sum-exps."
 
@@ -283,26 +305,21 @@ class ChunkedLMLoss(torch.autograd.Function):
                 grad_w += (g.t() @ hb).to(grad_w.dtype)
         return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
 
-
+# %% ../nbs/04_model.ipynb #22c0645e
 def chunked_lm_loss(
-    h: Tensor,
-    weight: Tensor,
-    targets: Tensor,
-    softcap: float = 0.0,
-    reduction: str = "mean",
-    chunk_rows: int | None = None,
+    h: Tensor,  # (N, d) in the compute dtype
+    weight: Tensor,  # (V, d), the lm head
+    targets: Tensor,  # (N,) int64, -1 ignored
+    softcap: float = 0.0,  # c; 0: no softcap
+    reduction: str = "mean",  # 'none' ((N,) fp32, 0 where ignored), 'sum', or 'mean' over non-ignored positions
+    chunk_rows: int | None = None,  # positions per block; default LOSS_CHUNK_BYTES // (4 V)
 ) -> Tensor:
-    """Cross-entropy of the logits c*tanh(h W^T / c) (c = `softcap`, none if 0) against `targets`, without holding
-    the (N, V) logits: h (N, d) in the compute dtype, `weight` (V, d), targets (N,) int64 with -1 ignored. Equal to
-    `F.cross_entropy` of those fp32 logits, gradients for h and W included. `reduction`: 'none' (N,) fp32 (0 where
-    ignored), 'sum', or 'mean' over non-ignored positions. `chunk_rows` (default LOSS_CHUNK_BYTES // (4 V)) positions
-    per block. ValueError on an unknown reduction or mismatched shapes."""
+    "`F.cross_entropy` of the fp32 logits c*tanh(h W^T / c), gradients included, never holding the (N, V) logits."
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"loss_reduction must be mean, sum or none, got {reduction!r}")
     if h.ndim != 2 or targets.shape != h.shape[:1] or weight.ndim != 2 or weight.size(1) != h.size(1):
-        raise ValueError(
-            f"need h (N, d), weight (V, d), targets (N,); got {tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}"
-        )
+        shapes = f"{tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}"
+        raise ValueError(f"need h (N, d), weight (V, d), targets (N,); got {shapes}")
     rows = chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * weight.size(0)))
     losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows))
     if reduction == "none":
@@ -311,12 +328,12 @@ def chunked_lm_loss(
 
 # %% ../nbs/04_model.ipynb #63109292
 def has_value_embedding(layer_idx: int, n_layer: int) -> bool:
-    "Whether (bool) layer `layer_idx` of `n_layer` gets a value embedding: alternating layers, counted back from the last (which has one; modded-nanogpt)."
+    "Whether layer `layer_idx` of `n_layer` has a value embedding: alternate layers, ending at the last one."
     return (n_layer - 1 - layer_idx) % 2 == 0
 
 
 class GPT(nn.Module):
-    "A modern GPT (see the table at the top of `04_model`). Build with `build_model`, or on meta + `to_empty` + `init_weights`."
+    "A modern GPT (the table at the top of `04_model`): `build_model`, or meta device + `to_empty` + `init_weights`."
 
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -335,114 +352,126 @@ class GPT(nn.Module):
         self.lm_head = Linear(c.n_embd, V)  # untied from wte
         self.resid_lambdas = nn.Parameter(torch.empty(c.n_layer))
         self.x0_lambdas = nn.Parameter(torch.empty(c.n_layer))
-        # rotary tables are derived, not learned: non-persistent buffers (not in the state dict), refilled by init_weights
+        # rotary tables are derived, not learned: non-persistent buffers (not in the state dict), set by init_weights
         self.register_buffer("cos", torch.empty(c.sequence_len, c.head_dim // 2), persistent=False)
         self.register_buffer("sin", torch.empty(c.sequence_len, c.head_dim // 2), persistent=False)
 
-    @torch.no_grad()
-    def init_weights(self):
-        "Set every parameter and buffer (scheme in the notebook text); call after `to_empty(device=...)`."
-        c = self.config
-        a = math.sqrt(3.0 / c.n_embd)  # uniform(-a, a) has std 1/sqrt(n_embd)
-        nn.init.normal_(self.wte.weight, mean=0.0, std=1.0)
-        for ve in self.value_embeds.values():
-            nn.init.uniform_(ve.weight, -a, a)
-        for b in self.blocks:
-            for lin in (b.attn.c_q, b.attn.c_k, b.attn.c_v, b.mlp.c_fc):
-                nn.init.uniform_(lin.weight, -a, a)
-            nn.init.zeros_(b.attn.c_proj.weight)
-            nn.init.zeros_(b.mlp.c_proj.weight)
-            if b.attn.ve_gate is not None:
-                b.attn.ve_gate.fill_(0.5)
-        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
-        self.resid_lambdas.fill_(1.0)
-        self.x0_lambdas.fill_(0.0)
-        cos, sin = rotary_tables(c.sequence_len, c.head_dim, c.rope_base, device=self.cos.device)
-        self.cos.copy_(cos)
-        self.sin.copy_(sin)
+# %% ../nbs/04_model.ipynb #bfe5848a
+@patch
+@torch.no_grad()
+def init_weights(self: GPT):
+    "Set every parameter and buffer (scheme in the notebook text); call after `to_empty(device=...)`."
+    c = self.config
+    a = math.sqrt(3.0 / c.n_embd)  # uniform(-a, a) has std 1/sqrt(n_embd)
+    nn.init.normal_(self.wte.weight, mean=0.0, std=1.0)
+    for ve in self.value_embeds.values():
+        nn.init.uniform_(ve.weight, -a, a)
+    for b in self.blocks:
+        for lin in (b.attn.c_q, b.attn.c_k, b.attn.c_v, b.mlp.c_fc):
+            nn.init.uniform_(lin.weight, -a, a)
+        nn.init.zeros_(b.attn.c_proj.weight)
+        nn.init.zeros_(b.mlp.c_proj.weight)
+        if b.attn.ve_gate is not None:
+            b.attn.ve_gate.fill_(0.5)
+    nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
+    self.resid_lambdas.fill_(1.0)
+    self.x0_lambdas.fill_(0.0)
+    cos, sin = rotary_tables(c.sequence_len, c.head_dim, c.rope_base, device=self.cos.device)
+    self.cos.copy_(cos)
+    self.sin.copy_(sin)
 
-    def forward(
-        self, idx: Tensor, targets: Tensor | None = None, loss_reduction: str = "mean", kv_cache=None
-    ) -> Tensor:
-        """idx: (B,T) int64 token ids. Returns fp32 logits (B,T,vocab) if `targets` is None, else the cross-entropy loss
-        against targets (B,T) int64 with -1 ignored: a scalar for 'mean'/'sum', (B,T) for 'none'. With a `kv_cache`
-        (see `KVCache`) idx holds the next T tokens after the `kv_cache.pos` already cached."""
-        if idx.ndim != 2:
-            raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
-        if loss_reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"loss_reduction must be mean, sum or none, got {loss_reduction!r}")
-        B, T = idx.shape
-        t0 = 0 if kv_cache is None else kv_cache.pos
-        if t0 + T > self.cos.size(0):
-            raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
-        cos, sin = self.cos[t0 : t0 + T], self.sin[t0 : t0 + T]
-        dtype = detect_compute_dtype(idx.device.type)  # core's precision policy, for the device we run on
-        x = x0 = norm(self.wte(idx).to(dtype))
-        for i, block in enumerate(self.blocks):
-            x = self.resid_lambdas[i].to(dtype) * x + self.x0_lambdas[i].to(dtype) * x0
-            ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
-            x = block(x, ve, cos, sin, self.windows[i], kv_cache)
-        if kv_cache is not None:
-            kv_cache.advance(T)
-        sc = self.config.logit_softcap
-        if targets is not None and not isinstance(self.lm_head.weight, DTensor):
-            # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
-            loss = chunked_lm_loss(
-                norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction
-            )
-            return loss.view(B, T) if loss_reduction == "none" else loss
-        logits = self.lm_head(norm(x))  # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
-        logits = logits.to(
-            torch.promote_types(logits.dtype, torch.float32)
-        )  # fp32 (fp64 for an fp64 model), as the loss
-        logits = sc * torch.tanh(logits / sc)
-        if targets is None:
-            return logits
-        loss = F.cross_entropy(
-            logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction
-        )
-        return loss.view(B, T) if loss_reduction == "none" else loss
-
-    def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        "Parameters by optimizer treatment: 'matrix' (2-D hidden weights, and 3-D stacks of expert matrices after MoE), 'embedding' (wte, value embeddings), 'lm_head', 'scalar' (0-/1-D)."
-        return dict(
-            matrix=[p for b in self.blocks for p in b.parameters() if p.ndim >= 2],
-            embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],
-            lm_head=[self.lm_head.weight],
-            scalar=[self.resid_lambdas, self.x0_lambdas]
-            + [p for b in self.blocks for p in b.parameters() if p.ndim < 2],
-        )
-
-    def num_params(self) -> int:
-        "Total number of parameters (embeddings included)."
-        return sum(p.numel() for p in self.parameters())
-
-    def estimate_flops(self) -> float:
-        """Training FLOPs per token: 6 * (matmul weights: hidden matrices + lm_head) + sum over layers of
-        12 * n_head * head_dim * min(window, sequence_len) (Kaplan et al. 2020; PaLM appendix B; windows shrink the last term)."""
-        c, g = self.config, self.param_groups()
-        n_matmul = sum(p.numel() for p in g["matrix"] + g["lm_head"])
-        attn = sum(
-            12 * c.n_head * c.head_dim * (c.sequence_len if w is None else min(w, c.sequence_len)) for w in self.windows
-        )
-        return 6 * n_matmul + attn
-
-
+# %% ../nbs/04_model.ipynb #5764b9a8
 def build_model(config: GPTConfig, device: torch.device | str) -> GPT:
-    "A ready `GPT(config)`: built on the meta device (no memory), allocated on `device` with `to_empty` (fp32 parameters), then `init_weights()`."
+    "A ready `GPT(config)`: built on the meta device (no memory), `to_empty(device=device)` (fp32), `init_weights()`."
     with torch.device("meta"):
         model = GPT(config)
     model.to_empty(device=device)
     model.init_weights()
     return model
 
+# %% ../nbs/04_model.ipynb #d6e54224
+@patch
+def param_groups(self: GPT) -> dict[str, list[nn.Parameter]]:
+    """Parameters by optimizer treatment: 'matrix' (hidden weights), 'embedding', 'lm_head', 'scalar' (0-/1-D).
+
+    'matrix' holds the 2-D hidden weights, and 3-D stacks of expert matrices after MoE; 'embedding' wte and the value
+    embeddings."""
+    return dict(
+        matrix=[p for b in self.blocks for p in b.parameters() if p.ndim >= 2],
+        embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],
+        lm_head=[self.lm_head.weight],
+        scalar=[self.resid_lambdas, self.x0_lambdas] + [p for b in self.blocks for p in b.parameters() if p.ndim < 2],
+    )
+
+
+@patch
+def num_params(self: GPT) -> int:
+    "Total number of parameters (embeddings included)."
+    return sum(p.numel() for p in self.parameters())
+
+# %% ../nbs/04_model.ipynb #a0217634
+@patch
+def forward(
+    self: GPT,
+    idx: Tensor,  # (B, T) int64 token ids; with a `kv_cache`, the T tokens after the `kv_cache.pos` cached
+    targets: Tensor | None = None,  # (B, T) int64, -1 ignored; None: return the logits
+    loss_reduction: str = "mean",  # 'mean' or 'sum' (a scalar) or 'none' ((B, T))
+    kv_cache=None,  # a `KVCache` (or any object with `pos`, `update`, `advance`)
+) -> Tensor:  # fp32 logits (B, T, vocab), or the cross-entropy loss
+    "The forward pass: embed, the blocks with their resid/x0 scalars, then the softcapped head or the chunked loss."
+    if idx.ndim != 2:
+        raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
+    if loss_reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"loss_reduction must be mean, sum or none, got {loss_reduction!r}")
+    B, T = idx.shape
+    t0 = 0 if kv_cache is None else kv_cache.pos
+    if t0 + T > self.cos.size(0):
+        raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
+    cos, sin = self.cos[t0 : t0 + T], self.sin[t0 : t0 + T]
+    dtype = detect_compute_dtype(idx.device.type)  # core's precision policy, for the device we run on
+    x = x0 = norm(self.wte(idx).to(dtype))
+    for i, block in enumerate(self.blocks):
+        x = self.resid_lambdas[i].to(dtype) * x + self.x0_lambdas[i].to(dtype) * x0
+        ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
+        x = block(x, ve, cos, sin, self.windows[i], kv_cache)
+    if kv_cache is not None:
+        kv_cache.advance(T)
+    sc = self.config.logit_softcap
+    if targets is not None and not isinstance(self.lm_head.weight, DTensor):
+        # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
+        loss = chunked_lm_loss(norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction)
+        return loss.view(B, T) if loss_reduction == "none" else loss
+    logits = self.lm_head(norm(x))  # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for an fp64 model), as the loss
+    logits = sc * torch.tanh(logits / sc)
+    if targets is None:
+        return logits
+    loss = F.cross_entropy(
+        logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction
+    )
+    return loss.view(B, T) if loss_reduction == "none" else loss
+
+# %% ../nbs/04_model.ipynb #2b83c8d9
+@patch
+def estimate_flops(self: GPT) -> float:
+    "Training FLOPs per token: 6 x matmul weights + 12 n_head head_dim min(window, T) per layer (Kaplan et al. 2020)."
+    c, g = self.config, self.param_groups()
+    n_matmul = sum(p.numel() for p in g["matrix"] + g["lm_head"])
+    attn = sum(
+        12 * c.n_head * c.head_dim * (c.sequence_len if w is None else min(w, c.sequence_len)) for w in self.windows
+    )
+    return 6 * n_matmul + attn
+
 # %% ../nbs/04_model.ipynb #6960f544
 def generate(
-    model: GPT, tokens: list[int], max_tokens: int, temperature: float = 1.0, top_k: int | None = None, seed: int = 42
+    model: GPT,
+    tokens: list[int],  # the prompt, non-empty; cropped to the last `sequence_len` tokens
+    max_tokens: int,  # new tokens, at most
+    temperature: float = 1.0,  # 0: greedy
+    top_k: int | None = None,  # sample from the k most likely only
+    seed: int = 42,  # of the torch.Generator that samples
 ) -> Iterator[int]:
-    """Yield up to `max_tokens` new token ids after the prompt `tokens`, one full forward per token (the naive reference).
-    temperature 0 = greedy; top_k keeps the k most likely; sampling uses a torch.Generator seeded with `seed`.
-    Raises ValueError for an empty prompt, negative max_tokens or temperature, or top_k < 1."""
+    "Yield new token ids after the prompt, one full forward per token: the naive reference sampler."
     if not tokens:
         raise ValueError("tokens (the prompt) must be non-empty")
     if max_tokens < 0:

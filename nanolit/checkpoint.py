@@ -1,4 +1,4 @@
-"""Save, list, load and resume training state: atomic single-file checkpoints written by rank 0, then layout-free `torch.distributed.checkpoint` checkpoints written by every rank (any world size and sharding loads under any other: replicated, ZeRO-1, FSDP2), prefix cleaning for compiled or wrapped models, and safetensors export for sharing.
+"""Save, list, load and resume: atomic checkpoints, layout-free `torch.distributed.checkpoint`, the one model loader.
 
 Docs: https://nanolit.github.io/nanolit/checkpoint.html.md"""
 
@@ -23,15 +23,17 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .core import get_base_dir, git_commit
+from .core import autodetect_device_type, get_base_dir, git_commit
+from .tokenizer import Tokenizer, check_tokenizer, get_tokenizer
 from .model import GPT, GPTConfig
 from .parallel.expert_parallel import moeify
 from .parallel.data_parallel import ZeroMuonAdamW, _all_gather
 
 # %% auto #0
-__all__ = ['checkpoint_dir', 'clean_state_dict', 'is_dcp_checkpoint', 'list_checkpoints', 'find_last_step', 'clean_stale_temps',
-           'save_checkpoint', 'load_checkpoint', 'export_safetensors', 'load_safetensors', 'optimizer_state_dict',
-           'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta']
+__all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'is_dcp_checkpoint', 'list_checkpoints', 'find_last_step',
+           'clean_stale_temps', 'save_checkpoint', 'load_checkpoint', 'export_safetensors', 'load_safetensors',
+           'optimizer_state_dict', 'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta', 'stage_command',
+           'latest_tag', 'load_model']
 
 # %% ../nbs/07_checkpoint.ipynb #4f2bc1d8
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -472,8 +474,10 @@ def _install_optim_state(optimizer, model, loaded: dict) -> None:
 
 def _param_groups_json(optimizer) -> list[dict]:
     "Every param group's hyperparameters (no params), JSON-ready (tuples become lists)."
-    conv = lambda v: list(v) if isinstance(v, tuple) else v
-    return [{k: conv(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    return [
+        {k: list(v) if isinstance(v, tuple) else v for k, v in g.items() if k != "params"}
+        for g in optimizer.param_groups
+    ]
 
 
 def _restore_param_groups(optimizer, saved: list[dict]) -> None:
@@ -665,3 +669,54 @@ def model_from_meta(meta: dict, device="cpu") -> GPT:
     if moe:
         moeify(model, moe["experts"], moe["top_k"], moe["hidden"], aux_scope="local")
     return model
+
+# %% ../nbs/07_checkpoint.ipynb #dd1f1fe9
+STAGE_COMMANDS = {"base": "python -m nanolit.train", "sft": "python -m nanolit.sft", "rl": "python -m nanolit.rl"}
+
+
+def stage_command(stage: str) -> str:
+    "The command that writes checkpoints of `stage` (pretraining's for a stage it does not know)."
+    return STAGE_COMMANDS.get(stage, STAGE_COMMANDS["base"])
+
+
+def latest_tag(stage: str = "base") -> str:
+    "The most recently modified tag of `stage` holding a complete checkpoint; FileNotFoundError if there is none."
+    root = checkpoint_dir(stage, "x").parent  # validates `stage` as a plain name
+    tags = [d for d in root.iterdir() if d.is_dir() and list_checkpoints(d)] if root.is_dir() else []
+    if not tags:
+        raise FileNotFoundError(
+            f"no {stage!r} checkpoints in {root}: train one first with `{stage_command(stage)}` (or set NANOLIT_BASE_DIR)"
+        )
+    return max(tags, key=lambda d: d.stat().st_mtime).name
+
+# %% ../nbs/07_checkpoint.ipynb #1243884f
+def load_model(
+    stage: str = "base",  # checkpoint stage: base, sft or rl
+    tag: str | None = None,  # checkpoint tag (None: `latest_tag(stage)`)
+    step: int | None = None,  # checkpoint step (None: the newest complete one)
+    device: str | None = None,  # where the model goes (None: `autodetect_device_type()`)
+) -> tuple[GPT, Tokenizer, dict]:
+    """`(model in eval mode, tokenizer, meta)` of the checkpoint `stage/tag/step`, loaded strictly.
+
+    FileNotFoundError names the missing directory and the command that makes it; ValueError if the tokenizer does not
+    fit the model's vocabulary or is not the one the checkpoint records (`check_tokenizer`: retrained since)."""
+    device = device or autodetect_device_type()
+    tag = tag if tag is not None else latest_tag(stage)
+    d = checkpoint_dir(stage, tag)
+    if not d.is_dir() or not list_checkpoints(d):
+        raise FileNotFoundError(
+            f"no checkpoint in {d}: train one first with `{stage_command(stage)} --tag {tag}`"
+            " (or point --source-tag / --tag at an existing one)"
+        )
+    sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
+    if "model_config" not in meta:
+        raise ValueError(f"{d}: meta.json has no 'model_config'; not a nanolit model checkpoint")
+    model = model_from_meta(meta, device)  # dense or MoE, initialised; the saved weights are loaded next
+    model.load_state_dict(sd, strict=True)
+    tok = get_tokenizer((meta.get("config") or {}).get("tokenizer_dir") or None)
+    if tok.vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer has {tok.vocab_size} ids but the model only {model.config.vocab_size}: wrong tokenizer for {d}"
+        )
+    check_tokenizer(tok, meta, d)  # the same merges it was trained with (ValueError if retrained since)
+    return model.eval(), tok, meta

@@ -1,4 +1,4 @@
-"""Bits per byte, the CORE metric (multiple choice, schema, language modeling; few-shot; centered accuracy), scoring by loss and by generation, and the unbiased pass@k.
+"""Bits per byte and its baselines, the CORE metric (scored by loss), chat scoring by logits and by generation, pass@k.
 
 Docs: https://nanolit.github.io/nanolit/eval.html.md"""
 
@@ -17,7 +17,7 @@ import torch.distributed as dist
 __all__ = ['CORE_TASK_TYPES', 'evaluate_bpb', 'deal_batches', 'unigram_byte_bpb', 'unigram_token_bpb', 'evaluate_bpb_exact',
            'centered_accuracy', 'core_prompts', 'encode_pair', 'continuation_scores', 'score_multiple_choice',
            'fewshot_indices', 'evaluate_core_item', 'evaluate_core_task', 'core_score', 'letter_token_ids',
-           'run_categorical', 'run_generative', 'pass_at_k', 'main']
+           'run_categorical', 'run_generative', 'pass_at_k']
 
 # %% ../nbs/09_eval.ipynb #7b5e5899
 @torch.no_grad()
@@ -73,7 +73,7 @@ def deal_batches(batches, n_rows: int, rank: int = 0, world_size: int = 1) -> li
 
 # %% ../nbs/09_eval.ipynb #b482bbf5
 def unigram_byte_bpb(texts) -> float:
-    "Entropy in bits per byte of the byte-frequency (unigram) distribution of `texts` (an iterable of str). ValueError on empty input."
+    "Entropy in bits per byte of the byte-frequency (unigram) distribution of `texts` (str); ValueError if empty."
     counts = Counter()
     for t in texts:
         counts.update(t.encode("utf-8"))
@@ -337,10 +337,10 @@ def letter_token_ids(tokenizer, letters) -> list[int]:
     """The single token id of each answer string in `letters`, encoded exactly as an assistant message text is
     (`tokenizer.encode(letter)`, no added space). ValueError if one is not a single token."""
     out = []
-    for l in letters:
-        ids = tokenizer.encode(l)
+    for letter in letters:
+        ids = tokenizer.encode(letter)
         if len(ids) != 1:
-            raise ValueError(f"answer {l!r} is {len(ids)} tokens, not one: cannot score it categorically")
+            raise ValueError(f"answer {letter!r} is {len(ids)} tokens, not one: cannot score it categorically")
         out.append(ids[0])
     return out
 
@@ -459,15 +459,3 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prod *= 1.0 - k / i
     return 1.0 - prod
-
-# %% ../nbs/09_eval.ipynb #1e50452b
-def main():
-    "`python -m nanolit.eval {base,chat} [options]`: forwards to `nanolit.tasks.eval_cli` (see 10_tasks)."
-    import sys
-    from nanolit.tasks import eval_cli  # deferred on purpose: tasks (10) builds on eval (09)
-
-    return eval_cli(sys.argv[1:])
-
-# %% ../nbs/09_eval.ipynb #5bf69421
-if __name__ == "__main__":
-    main()

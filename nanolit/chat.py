@@ -1,4 +1,4 @@
-"""Talk to a trained model: load a checkpoint by stage and tag, one conversation-rendering path, and three surfaces on it -- a terminal REPL, a FastAPI web page, and an ipywidgets cell -- all streaming.
+"""Talk to a trained model: one rendering path and three streaming surfaces (terminal, web page, ipywidgets cell).
 
 Docs: https://nanolit.github.io/nanolit/chat.html.md"""
 
@@ -14,73 +14,23 @@ import random
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Iterator
 
-import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.requests import ClientDisconnect
+from fastcore.basics import patch
 from fastcore.script import call_parse
 
-from .core import autodetect_device_type, get_base_dir
-from .tokenizer import Tokenizer, get_tokenizer, check_tokenizer
-from .model import GPTConfig, GPT, build_model
-from .checkpoint import checkpoint_dir, load_checkpoint, list_checkpoints, model_from_meta
+from .core import get_base_dir
+from .tokenizer import Tokenizer
+from .checkpoint import STAGE_COMMANDS, load_model
 from .engine import Engine
 
 # %% auto #0
-__all__ = ['STAGE_COMMANDS', 'ROLES', 'CHAT_HTML', 'latest_tag', 'load_model', 'ChatLimitError', 'prompt_tokens', 'stream_reply',
-           'ChatSession', 'chat_repl', 'create_app', 'parse_sse', 'start_server', 'serve', 'chat_widget', 'main']
-
-# %% ../nbs/14_chat.ipynb #dba453b8
-STAGE_COMMANDS = {"base": "python -m nanolit.train", "sft": "python -m nanolit.sft", "rl": "python -m nanolit.rl"}
-
-
-def latest_tag(stage: str = "base") -> str:
-    "Name of the most recently modified tag directory under `get_base_dir()/checkpoints/stage`; FileNotFoundError if none."
-    root = checkpoint_dir(stage, "x").parent  # validates `stage` as a plain name
-    tags = [d for d in root.iterdir() if d.is_dir() and list_checkpoints(d)] if root.is_dir() else []
-    if not tags:
-        raise FileNotFoundError(
-            f"no {stage!r} checkpoints in {root}: train one first with "
-            f"`{STAGE_COMMANDS.get(stage, 'python -m nanolit.train')}` (or set NANOLIT_BASE_DIR)"
-        )
-    return max(tags, key=lambda d: d.stat().st_mtime).name
-
-
-def load_model(
-    stage: str = "base", tag: str | None = None, step: int | None = None, device: str | None = None
-) -> tuple[GPT, Tokenizer, dict]:
-    """Load `(model, tokenizer, meta)` from the checkpoint `stage/tag/step` (tag None: the newest tag dir of the stage,
-    step None: the newest complete step). The GPT is rebuilt from `meta["model_config"]` on the meta device, moved to
-    `device` (default `autodetect_device_type()`), loaded strictly and put in eval mode. The tokenizer is
-    `meta["config"]["tokenizer_dir"]` if set, else `get_base_dir()/tokenizer`. FileNotFoundError names the missing
-    directory and the command that creates it; ValueError if the tokenizer does not fit the model's vocabulary or is not
-    the one the checkpoint records (`check_tokenizer`: retrained since)."""
-    device = device or autodetect_device_type()
-    tag = tag if tag is not None else latest_tag(stage)
-    d = checkpoint_dir(stage, tag)
-    if not d.is_dir() or not list_checkpoints(d):
-        raise FileNotFoundError(
-            f"no checkpoint in {d}: train one first with "
-            f"`{STAGE_COMMANDS.get(stage, 'python -m nanolit.train')} --tag {tag}`"
-        )
-    sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
-    if "model_config" not in meta:
-        raise ValueError(f"{d}: meta.json has no 'model_config'; not a nanolit model checkpoint")
-    cfg = GPTConfig(**meta["model_config"])
-    model = model_from_meta(meta, device)  # dense or MoE, initialised; the saved weights are loaded next
-    model.load_state_dict(sd, strict=True)
-    model.eval()
-    tok_dir = (meta.get("config") or {}).get("tokenizer_dir") or None
-    tok = get_tokenizer(tok_dir)
-    if tok.vocab_size > cfg.vocab_size:
-        raise ValueError(
-            f"tokenizer has {tok.vocab_size} ids but the model only {cfg.vocab_size}: wrong tokenizer for {d}"
-        )
-    check_tokenizer(tok, meta, d)  # the same merges it was trained with (ValueError if retrained since)
-    return model, tok, meta
+__all__ = ['ROLES', 'CHAT_HTML', 'ChatLimitError', 'prompt_tokens', 'stream_reply', 'ChatSession', 'chat_repl', 'RequestRefused',
+           'read_body', 'parse_json', 'sampling_options', 'request_prompt', 'GenerationSlots', 'Generation',
+           'create_app', 'parse_sse', 'start_server', 'serve', 'chat_widget', 'main']
 
 # %% ../nbs/14_chat.ipynb #f057e1d8
 class ChatLimitError(ValueError):
@@ -273,7 +223,7 @@ def chat_repl(session: ChatSession, prompt: str | None = None, read: Callable[[s
         out.write("model> ")
         reply(line)
 
-# %% ../nbs/14_chat.ipynb #ddc04d5c
+# %% ../nbs/14_chat.ipynb #0c99b715
 CHAT_HTML = r"""<!doctype html>
 <html><head><meta charset="utf-8"><title>nanolit chat</title>
 <style>
@@ -321,16 +271,29 @@ async function send() {
     }
     messages.push({role: "assistant", content: reply}); statusEl.textContent = "";
   } catch (err) {
-    if (err.name !== "AbortError") { messages.pop(); out.className = "msg error"; out.textContent = String(err.message || err); }
+    if (err.name !== "AbortError") {
+      messages.pop(); out.className = "msg error"; out.textContent = String(err.message || err);
+    }
     statusEl.textContent = "";
   } finally { chat.dataset.state = "idle"; controller = null; }
 }
-function reset() { if (controller) controller.abort(); messages = []; chat.innerHTML = ""; statusEl.textContent = ""; input.focus(); }
+function reset() {
+  if (controller) controller.abort();
+  messages = []; chat.innerHTML = ""; statusEl.textContent = ""; input.focus();
+}
 document.getElementById("send").onclick = send;
 document.getElementById("reset").onclick = reset;
 input.addEventListener("keydown", e => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } });
 </script></body></html>
 """
+
+# %% ../nbs/14_chat.ipynb #63edebf7
+class RequestRefused(Exception):
+    "A chat request answered with an error instead of a reply: HTTP `status` and a one-line message."
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 def _err(status: int, msg: str) -> JSONResponse:
@@ -344,6 +307,84 @@ def _sse(obj) -> str:
 _log = logging.getLogger("nanolit.chat")
 
 
+async def read_body(
+    request: Request,  # the incoming request
+    max_body_bytes: int,  # the largest body accepted
+    stats: dict,  # the app's counters (`aborted_reading` counts clients that left mid-body)
+) -> bytes:
+    "The request's body; 413 over `max_body_bytes` (declared or streamed), 499 if the client leaves mid-body."
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > max_body_bytes):
+        raise RequestRefused(413, f"request body is {declared} bytes; the limit is {max_body_bytes}")
+    body = b""
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                raise RequestRefused(413, f"request body is over {max_body_bytes} bytes (the limit)")
+    except ClientDisconnect:  # the client left mid-body: nothing to answer, nothing generated
+        stats["aborted_reading"] += 1
+        _log.info(
+            "client left while sending its request (%d of %s bytes): not generated (aborted while reading: %d)",
+            len(body),
+            declared or "?",
+            stats["aborted_reading"],
+        )
+        raise RequestRefused(499, "client disconnected") from None
+    return body
+
+# %% ../nbs/14_chat.ipynb #b9ed5fc7
+def parse_json(body: bytes) -> dict:
+    "The JSON object in a request body; 400 if it is malformed or not an object."
+    try:
+        req = json.loads(body)
+    except RecursionError:
+        raise RequestRefused(400, "malformed JSON: nested too deeply") from None
+    except ValueError as e:  # also bad UTF-8, an int over the digit limit
+        raise RequestRefused(400, f"malformed JSON: {e}") from None
+    if not isinstance(req, dict):
+        raise RequestRefused(400, "the body must be a JSON object with a 'messages' list")
+    return req
+
+
+def sampling_options(
+    req: dict,  # the request's JSON object
+    defaults: dict,  # temperature, top_k, max_tokens (and seed) when the request leaves them out
+    max_tokens_limit: int,  # the largest max_tokens accepted
+) -> dict:
+    "`defaults` updated by the request's temperature, top_k, max_tokens and seed; 422 for a bad type or value."
+    opts = dict(defaults)
+    for k in ("temperature", "top_k", "max_tokens", "seed"):
+        v = req.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (k != "temperature" and not isinstance(v, int)):
+            raise RequestRefused(
+                422, f"{k} must be {'a number' if k == 'temperature' else 'an integer'}, got {_short(v)}"
+            )
+        opts[k] = v
+    if not 0 <= opts["temperature"] <= 2:
+        raise RequestRefused(422, f"temperature must be in [0, 2], got {_short(opts['temperature'])}")
+    if opts["top_k"] is not None and opts["top_k"] < 0:
+        raise RequestRefused(422, f"top_k must be >= 0, got {_short(opts['top_k'])}")
+    opts["top_k"] = opts["top_k"] or None
+    if opts.get("seed") is not None and not 0 <= opts["seed"] < 2**63:
+        raise RequestRefused(422, f"seed must be in [0, 2**63), got {_short(opts['seed'])}")
+    if not 1 <= opts["max_tokens"] <= max_tokens_limit:
+        raise RequestRefused(422, f"max_tokens must be in [1, {max_tokens_limit}], got {_short(opts['max_tokens'])}")
+    return opts
+
+
+def request_prompt(tokenizer: Tokenizer, req: dict, max_message_chars: int, max_turns: int, ctx: int) -> list[int]:
+    "`prompt_tokens` of the request's messages; 413 over a limit, 400 for bad fields or role order."
+    try:
+        return prompt_tokens(tokenizer, req.get("messages"), max_message_chars, max_turns, ctx)
+    except ChatLimitError as e:
+        raise RequestRefused(413, str(e)) from None
+    except ValueError as e:
+        raise RequestRefused(400, str(e)) from None
+
+# %% ../nbs/14_chat.ipynb #390e76d3
 async def _take_slot(slots: asyncio.Semaphore, request: Request, poll: float) -> bool:
     """Acquire one of `slots` for `request`, or give up as soon as its client has disconnected (checked before, every
     `poll` seconds while waiting, and right after acquiring). True: the slot is held; False: nothing is held."""
@@ -364,6 +405,44 @@ async def _take_slot(slots: asyncio.Semaphore, request: Request, poll: float) ->
                 slots.release()
 
 
+class GenerationSlots:
+    "At most `max_concurrent` generations at once and `max_queue` waiting, counted in `stats`."
+
+    def __init__(self, max_concurrent: int, max_queue: int, stats: dict, poll: float):
+        self.max_concurrent, self.max_queue, self.stats, self.poll = max_concurrent, max_queue, stats, poll
+        self.loop = self.sem = None
+
+    def semaphore(self) -> asyncio.Semaphore:
+        "The semaphore of the running event loop (a new one for a new loop)."
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            self.loop, self.sem = loop, asyncio.Semaphore(self.max_concurrent)
+        return self.sem
+
+    async def acquire(self, request: Request) -> asyncio.Semaphore:
+        "Wait for a slot for `request` and return the semaphore it holds; 429 if the queue is full, 499 if it left."
+        s, st = self.semaphore(), self.stats
+        if s.locked() and st["waiting"] >= self.max_queue:
+            raise RequestRefused(
+                429, f"busy: {self.max_concurrent} generations running and {st['waiting']} waiting; retry later"
+            )
+        st["waiting"] += 1
+        try:
+            got = await _take_slot(s, request, self.poll)
+        finally:
+            st["waiting"] -= 1
+        if not got:  # the client left while queued: nothing was generated
+            st["aborted_waiting"] += 1
+            _log.info(
+                "client left while waiting for a slot: not generated (aborted while waiting: %d, while streaming: %d)",
+                st["aborted_waiting"],
+                st["aborted_streaming"],
+            )
+            raise RequestRefused(499, "client disconnected")
+        st["running"] += 1
+        return s
+
+# %% ../nbs/14_chat.ipynb #d23dfb6c
 class _StreamThenClose(StreamingResponse):
     "A StreamingResponse that calls `on_close()` once the response is over: finished, failed, or the client gone."
 
@@ -378,30 +457,104 @@ class _StreamThenClose(StreamingResponse):
             self.on_close()
 
 
+class Generation:
+    "One streamed reply: the engine in a thread, its pieces relayed to the event loop, the slot freed once."
+
+    def __init__(self, engine, ids: list[int], opts: dict, slot: asyncio.Semaphore, stats: dict, request, poll: float):
+        self.engine, self.ids, self.opts, self.slot, self.stats = engine, ids, opts, slot, stats
+        self.request, self.poll = request, poll
+        self.released = self.started = self.finished = False
+        self.loop, self.q, self.stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
+
+    def release(self):
+        "Free the slot, once: when the engine has stopped (or never started)."
+        if not self.released:
+            self.released = True
+            self.stats["running"] -= 1
+            self.slot.release()
+
+    def later(self, fn, *a):
+        "Call `fn(*a)` on the event loop from the engine's thread (nothing if the loop has closed)."
+        try:
+            self.loop.call_soon_threadsafe(fn, *a)
+        except RuntimeError:
+            pass  # loop closed: the server is gone
+
+    def work(self):
+        "The engine's thread: each piece onto the queue, then an end marker, then the slot freed."
+        try:
+            for piece in stream_reply(self.engine, self.ids, self.stop, **self.opts):
+                self.later(self.q.put_nowait, ("token", piece))
+        except Exception as e:
+            self.later(self.q.put_nowait, ("error", f"{type(e).__name__}: {e}"))
+        finally:
+            self.later(self.q.put_nowait, ("end", None))
+            self.later(self.release)
+
+# %% ../nbs/14_chat.ipynb #bdf5011f
+@patch
+async def events(self: Generation):
+    "The reply's server-sent events, ending early if the client has gone."
+    self.started = True
+    threading.Thread(target=self.work, daemon=True).start()
+    getter = None
+    try:
+        while True:  # next piece, polling for a client that has gone meanwhile
+            getter = getter or asyncio.ensure_future(self.q.get())
+            await asyncio.wait({getter}, timeout=self.poll)
+            if not getter.done():
+                if await self.request.is_disconnected():
+                    return
+                continue
+            (kind, v), getter = getter.result(), None
+            if kind == "end":
+                self.finished = True
+                yield _sse("[DONE]")
+                return
+            yield _sse({kind: v})
+    finally:
+        if getter is not None:
+            getter.cancel()
+
+
+@patch
+def closed(self: Generation):
+    "The response is over: stop the engine, free a slot never used, count how it ended."
+    self.stop.set()
+    if not self.started:
+        self.release()
+    if self.finished:
+        self.stats["completed"] += 1
+        return
+    self.stats["aborted_streaming"] += 1
+    _log.info(
+        "client left while streaming: generation stopped (aborted while waiting: %d, while streaming: %d)",
+        self.stats["aborted_waiting"],
+        self.stats["aborted_streaming"],
+    )
+
+
+@patch
+def response(self: Generation) -> StreamingResponse:
+    "The streaming response of this generation (`closed` runs when it is over)."
+    headers = {"Cache-Control": "no-cache"}
+    return _StreamThenClose(self.events(), self.closed, media_type="text/event-stream", headers=headers)
+
+# %% ../nbs/14_chat.ipynb #7d2b9e7d
 def create_app(
-    model,
-    tokenizer: Tokenizer,
-    engine: Engine | None = None,
-    max_message_chars: int = 4000,
-    max_turns: int = 32,
-    max_concurrent: int = 2,
-    max_queue: int = 16,
-    max_tokens_limit: int = 1024,
-    max_body_bytes: int = 1_000_000,
-    defaults: dict | None = None,
-    disconnect_poll: float = 0.1,
+    model,  # a `GPT` in eval mode
+    tokenizer: Tokenizer,  # its tokenizer
+    engine: Engine | None = None,  # default `Engine(model, tokenizer)`
+    max_message_chars: int = 4000,  # longest message (characters)
+    max_turns: int = 32,  # most messages in a conversation
+    max_concurrent: int = 2,  # generations running at once
+    max_queue: int = 16,  # requests waiting for a slot (beyond that: 429)
+    max_tokens_limit: int = 1024,  # the largest max_tokens a request may ask for
+    max_body_bytes: int = 1_000_000,  # the largest request body
+    defaults: dict | None = None,  # sampling options when a request leaves them out
+    disconnect_poll: float = 0.1,  # seconds between checks for a client that has gone
 ) -> FastAPI:
-    """FastAPI app: `GET /` the chat page, `GET /health` JSON status, `POST /chat/completions` with
-    {"messages": [...], "temperature"?: 0..2, "top_k"?: int >= 0 (0 = off), "max_tokens"?: 1..max_tokens_limit,
-    "seed"?: int} streaming `text/event-stream` events `{"token": str}` then `[DONE]` (`{"error": str}` if generation
-    fails midway). At most `max_concurrent` generations run (each in a thread); up to `max_queue` more wait, beyond that
-    429. A client that disconnects is noticed within `disconnect_poll` seconds: while it waits it leaves the queue and
-    is never generated; while it streams its generation stops (freeing the slot and the KV cache). `app.state.stats`
-    (also in `GET /health`) counts running, waiting, completed, aborted_reading (the client left before its body had
-    all arrived: starlette's ClientDisconnect), aborted_waiting and aborted_streaming requests; each abort is one INFO
-    line on the `nanolit.chat` logger, no traceback. Errors are JSON {"error": one line}, never a 500: 400 malformed
-    JSON (syntax, bad UTF-8, nested too deeply, an integer over Python's digit limit) / fields / role order, 413 over a
-    size limit, 422 bad sampling option (wrong type, NaN/inf, out of range). `engine` defaults to `Engine(model, tokenizer)`."""
+    "The chat web app: `GET /` the page, `GET /health` the counters, `POST /chat/completions` a streamed reply."
     engine = engine or Engine(model, tokenizer)
     ctx = model.config.sequence_len
     defaults = {**dict(temperature=0.6, top_k=50, max_tokens=min(512, max_tokens_limit)), **(defaults or {})}
@@ -409,13 +562,7 @@ def create_app(
     st = app.state.stats = dict(
         running=0, waiting=0, completed=0, aborted_reading=0, aborted_waiting=0, aborted_streaming=0
     )
-    slots = dict(loop=None, sem=None)
-
-    def sem():  # one semaphore per event loop (TestClient may run a fresh loop per request)
-        loop = asyncio.get_running_loop()
-        if slots["loop"] is not loop:
-            slots["loop"], slots["sem"] = loop, asyncio.Semaphore(max_concurrent)
-        return slots["sem"]
+    slots = GenerationSlots(max_concurrent, max_queue, st, disconnect_poll)
 
     @app.get("/", response_class=HTMLResponse)
     async def index():
@@ -423,151 +570,19 @@ def create_app(
 
     @app.get("/health")
     async def health():
-        return {
-            "status": "ok",
-            **st,
-            "max_concurrent": max_concurrent,
-            "sequence_len": ctx,
-            "vocab_size": model.config.vocab_size,
-        }
+        limits = dict(max_concurrent=max_concurrent, sequence_len=ctx, vocab_size=model.config.vocab_size)
+        return {"status": "ok", **st, **limits}
 
     @app.post("/chat/completions")
     async def completions(request: Request):
-        # refuse an oversized body before reading it: by its declared length, else while it streams in
-        declared = request.headers.get("content-length", "")
-        if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > max_body_bytes):
-            return _err(413, f"request body is {declared} bytes; the limit is {max_body_bytes}")
-        body = b""
         try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_body_bytes:
-                    return _err(413, f"request body is over {max_body_bytes} bytes (the limit)")
-        except ClientDisconnect:  # the client left mid-body: nothing to answer, nothing generated
-            st["aborted_reading"] += 1
-            _log.info(
-                "client left while sending its request (%d of %s bytes): not generated (aborted while reading: %d)",
-                len(body),
-                declared or "?",
-                st["aborted_reading"],
-            )
-            return _err(499, "client disconnected")
-        try:
-            req = json.loads(body)
-        except RecursionError:
-            return _err(400, "malformed JSON: nested too deeply")
-        except ValueError as e:
-            return _err(400, f"malformed JSON: {e}")  # also bad UTF-8, an int over the digit limit
-        if not isinstance(req, dict):
-            return _err(400, "the body must be a JSON object with a 'messages' list")
-        opts = dict(defaults)
-        for k in ("temperature", "top_k", "max_tokens", "seed"):
-            v = req.get(k)
-            if v is None:
-                continue
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, (int, float))
-                or (k != "temperature" and not isinstance(v, int))
-            ):
-                return _err(422, f"{k} must be {'a number' if k == 'temperature' else 'an integer'}, got {_short(v)}")
-            opts[k] = v
-        if not 0 <= opts["temperature"] <= 2:
-            return _err(422, f"temperature must be in [0, 2], got {_short(opts['temperature'])}")
-        if opts["top_k"] is not None and opts["top_k"] < 0:
-            return _err(422, f"top_k must be >= 0, got {_short(opts['top_k'])}")
-        opts["top_k"] = opts["top_k"] or None
-        if opts.get("seed") is not None and not 0 <= opts["seed"] < 2**63:
-            return _err(422, f"seed must be in [0, 2**63), got {_short(opts['seed'])}")
-        if not 1 <= opts["max_tokens"] <= max_tokens_limit:
-            return _err(422, f"max_tokens must be in [1, {max_tokens_limit}], got {_short(opts['max_tokens'])}")
-        try:
-            ids = prompt_tokens(tokenizer, req.get("messages"), max_message_chars, max_turns, ctx)
-        except ChatLimitError as e:
-            return _err(413, str(e))
-        except ValueError as e:
-            return _err(400, str(e))
-
-        s = sem()
-        if s.locked() and st["waiting"] >= max_queue:
-            return _err(429, f"busy: {max_concurrent} generations running and {st['waiting']} waiting; retry later")
-        st["waiting"] += 1
-        try:
-            got = await _take_slot(s, request, disconnect_poll)
-        finally:
-            st["waiting"] -= 1
-        if not got:  # the client left while queued: nothing was generated
-            st["aborted_waiting"] += 1
-            _log.info(
-                "client left while waiting for a slot: not generated (aborted while waiting: %d, while streaming: %d)",
-                st["aborted_waiting"],
-                st["aborted_streaming"],
-            )
-            return _err(499, "client disconnected")
-        st["running"] += 1
-        job = dict(released=False, started=False, finished=False)
-
-        def release():  # the slot, once: when the engine has stopped (or never started)
-            if not job["released"]:
-                job["released"] = True
-                st["running"] -= 1
-                s.release()
-
-        loop, q, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
-
-        def later(fn, *a):
-            try:
-                loop.call_soon_threadsafe(fn, *a)
-            except RuntimeError:
-                pass  # loop closed: the server is gone
-
-        def work():
-            try:
-                for piece in stream_reply(engine, ids, stop, **opts):
-                    later(q.put_nowait, ("token", piece))
-            except Exception as e:
-                later(q.put_nowait, ("error", f"{type(e).__name__}: {e}"))
-            finally:
-                later(q.put_nowait, ("end", None))
-                later(release)
-
-        async def events():
-            job["started"] = True
-            threading.Thread(target=work, daemon=True).start()
-            getter = None
-            try:
-                while True:  # next piece, polling for a client that has gone meanwhile
-                    getter = getter or asyncio.ensure_future(q.get())
-                    await asyncio.wait({getter}, timeout=disconnect_poll)
-                    if not getter.done():
-                        if await request.is_disconnected():
-                            return
-                        continue
-                    (kind, v), getter = getter.result(), None
-                    if kind == "end":
-                        job["finished"] = True
-                        yield _sse("[DONE]")
-                        return
-                    yield _sse({kind: v})
-            finally:
-                if getter is not None:
-                    getter.cancel()
-
-        def closed():  # the response is over: stop the engine, count how it ended
-            stop.set()
-            if not job["started"]:
-                release()
-            if job["finished"]:
-                st["completed"] += 1
-                return
-            st["aborted_streaming"] += 1
-            _log.info(
-                "client left while streaming: generation stopped (aborted while waiting: %d, while streaming: %d)",
-                st["aborted_waiting"],
-                st["aborted_streaming"],
-            )
-
-        return _StreamThenClose(events(), closed, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            req = parse_json(await read_body(request, max_body_bytes, st))
+            opts = sampling_options(req, defaults, max_tokens_limit)
+            ids = request_prompt(tokenizer, req, max_message_chars, max_turns, ctx)
+            slot = await slots.acquire(request)
+        except RequestRefused as e:
+            return _err(e.status, str(e))
+        return Generation(engine, ids, opts, slot, st, request, disconnect_poll).response()
 
     return app
 

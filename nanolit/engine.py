@@ -1,4 +1,4 @@
-"""KV cache, prefill once then batched decode, sampling (temperature, top-k, top-p, seed), stop tokens, a sandboxed calculator tool, and UTF-8-safe streaming.
+"""A growing, windowed KV cache, prefill then batched decode, sampling, a sandboxed calculator, UTF-8-safe streaming.
 
 Docs: https://nanolit.github.io/nanolit/engine.html.md"""
 
@@ -23,12 +23,12 @@ from torch import Tensor
 from .core import detect_compute_dtype
 
 # %% auto #0
-__all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'KVCache',
+__all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'WindowedKVCache',
            'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError', 'calculate', 'calculator',
            'Utf8Stream', 'RowState', 'Engine']
 
 # %% ../nbs/08_engine.ipynb #bdd80434
-class KVCache:
+class WindowedKVCache:
     """Key/value cache for decoding: one buffer of shape (n_layer, 2, B, capacity, n_kv_head, head_dim), so layer l's keys
     are `kv[l, 0]`, shape (B, capacity, H_kv, D), the layout `nanolit.attention.attention` takes. `pos` positions are filled.
     `update` writes a layer's new keys/values at `pos` (growing the buffer if needed, up to `max_len`) and returns the keys
@@ -59,7 +59,7 @@ class KVCache:
         self.kv = torch.empty(n_layer, 2, batch_size, capacity, n_kv_head, head_dim, device=device, dtype=dtype)
 
     @classmethod
-    def for_model(cls, model, batch_size: int, capacity: int | None = None) -> "KVCache":
+    def for_model(cls, model, batch_size: int, capacity: int | None = None) -> "WindowedKVCache":
         """A cache shaped for `model` (a `GPT`): its layers, KV heads, head dim, windows, device and compute dtype
         (`detect_compute_dtype`); `capacity` positions allocated now (default `sequence_len`), `max_len = sequence_len`."""
         c = model.config
@@ -92,7 +92,7 @@ class KVCache:
         return self.kv.numel() * self.kv.element_size()
 
     def grow(self, capacity: int):
-        "Reallocate to `capacity` positions (a no-op if not larger), copying the `pos` filled ones to the same places. ValueError if `capacity > max_len`."
+        "Reallocate to `capacity` positions (no-op if not larger), keeping the `pos` filled ones; ValueError past max_len."
         if capacity > self.max_len:
             raise ValueError(f"KV cache cannot grow to {capacity} > max_len {self.max_len}")
         if capacity <= self.capacity:
@@ -120,13 +120,13 @@ class KVCache:
         "Mark T more positions as filled (`pos += T`); the model calls it once per forward, after its last layer."
         self.pos += T
 
-    def expand(self, batch_size: int, capacity: int | None = None) -> "KVCache":
+    def expand(self, batch_size: int, capacity: int | None = None) -> "WindowedKVCache":
         """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's `pos` filled positions, with
         room for `capacity` positions (default this one's, at least `pos`). ValueError if this cache has more than one row."""
         if self.batch_size != 1:
             raise ValueError(f"expand needs a batch-1 cache, this one has {self.batch_size} rows")
         L, _, _, _, H, D = self.kv.shape
-        out = KVCache(
+        out = WindowedKVCache(
             L,
             batch_size,
             H,
@@ -145,7 +145,7 @@ class KVCache:
 def kv_cache_bytes(
     n_layer: int, batch_size: int, seq_len: int, n_kv_head: int, head_dim: int, bytes_per_el: int
 ) -> int:
-    "Theoretical KV cache size in bytes (int): 2 (k and v) * n_layer * B * seq_len * n_kv_head * head_dim * bytes_per_el (2 for bf16, 4 for fp32)."
+    "Theoretical KV cache bytes: 2 (k and v) * n_layer * B * seq_len * n_kv_head * head_dim * bytes_per_el."
     return 2 * n_layer * batch_size * seq_len * n_kv_head * head_dim * bytes_per_el
 
 # %% ../nbs/08_engine.ipynb #a8ff7d5d
@@ -347,13 +347,13 @@ class Utf8Stream:
         return self._dec.decode(b)
 
     def flush(self) -> str:
-        "End of stream: return the held tail as text (an incomplete character becomes one U+FFFD, nothing held gives \"\") and reset."
+        "End of stream: the held tail as text (an incomplete character becomes one U+FFFD), then reset."
         return self._dec.decode(b"", final=True)
 
 # %% ../nbs/08_engine.ipynb #76de07f2
 @dataclass
 class RowState:
-    "Decoding state of one row: finished flag, queue of token ids to force next, and the python-tool collector (inside a call? its token ids)."
+    "Decoding state of one row: finished, the token ids to force next, and the python-tool call being collected."
 
     finished: bool = False
     forced: deque = field(default_factory=deque)
@@ -435,7 +435,7 @@ class Engine:
             return
         device = next(model.parameters()).device
         rng = torch.Generator(device=device).manual_seed(seed)
-        cache = KVCache.for_model(model, 1, capacity=P)
+        cache = WindowedKVCache.for_model(model, 1, capacity=P)
         logits = model(torch.tensor([tokens], device=device), kv_cache=cache)[:, -1]  # prefill: (1, V)
         cache = cache.expand(N, capacity=min(P + budget - 1, P + self.decode_room))
         logits = logits.expand(N, -1)

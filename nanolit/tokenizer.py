@@ -1,4 +1,4 @@
-"""Byte-level BPE from a naive trainer to rustbpe training and tiktoken encoding; special tokens, token byte lengths for bits per byte, and the `python -m nanolit.tokenizer` CLI.
+"""Byte-level BPE from a naive trainer to rustbpe and tiktoken; special tokens, token bytes, `nanolit-tokenizer`.
 
 Docs: https://nanolit.github.io/nanolit/tokenizer.html.md"""
 
@@ -10,28 +10,31 @@ import array
 import base64
 import functools
 import hashlib
+import io
 import itertools
 import json
 import os
 import time
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import regex  # the `regex` module (a tiktoken dependency): \p{L} classes and possessive quantifiers, like fancy-regex
 import rustbpe
 import tiktoken
 import torch
 from fastcore.basics import patch
-from fastcore.script import call_parse, bool_arg
-from .core import get_base_dir, sample_texts, exit_on_user_error
+from .core import atomic_write, cli_from_dataclass, get_base_dir
 
 # %% auto #0
-__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'split_text', 'engine_classes', 'cut_pieces', 'scalar_text',
+__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'main', 'split_text', 'engine_classes', 'cut_pieces', 'scalar_text',
            'split_pieces', 'get_pair_counts', 'merge_pair', 'train_bpe_naive', 'vocab_from_merges', 'encode_naive',
-           'decode_naive', 'train_rustbpe', 'Tokenizer', 'check_tokenizer', 'get_tokenizer', 'iter_parquet_texts',
-           'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'main']
+           'decode_naive', 'train_rustbpe', 'Tokenizer', 'get_tokenizer', 'check_tokenizer', 'iter_parquet_texts',
+           'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'TokenizerTrainConfig']
 
 # %% ../nbs/01_tokenizer.ipynb #4757933c
 SPLIT_PATTERN = (
@@ -53,9 +56,11 @@ SPECIAL_TOKENS = [
 "The special tokens, appended after the learned vocabulary. They never come out of encoding ordinary text."
 
 
-def split_text(text: str, pattern: str = SPLIT_PATTERN) -> list[str]:
-    """The chunks of `text` (list of str, joining to `text`) under the split `pattern` (`regex` module semantics);
-    BPE never merges across chunk boundaries. Pattern: tiktoken's cl100k_base, numbers in 1-2 digit groups."""
+def split_text(
+    text: str,
+    pattern: str = SPLIT_PATTERN,  # `regex` module semantics
+) -> list[str]:  # joins back to `text`
+    "The chunks of `text` under the split `pattern`: BPE never merges across chunk boundaries."
     return regex.findall(pattern, text)
 
 # %% ../nbs/01_tokenizer.ipynb #c2f210fc
@@ -79,9 +84,10 @@ def _ranges(cps: list[int]) -> str:
 
 @functools.cache
 def engine_classes() -> dict[str, str]:
-    """{"L": letters, "N": digits}: `regex` (V1) set expressions for `\\p{L}` and `\\p{N}` as the Rust regex inside
-    tiktoken sees them, read off tiktoken itself (its Unicode tables can be older than the `regex` module's): the
-    `regex` module's class, less what tiktoken's lacks, plus what only tiktoken's has."""
+    """{"L": letters, "N": digits}: `regex` (V1) classes for `\\p{L}`, `\\p{N}` as tiktoken's engine sees them.
+
+    Read off tiktoken itself (its Unicode tables can be older than the `regex` module's): the `regex` module's
+    class, less what tiktoken's lacks, plus what only tiktoken's has."""
     every = array.array("I", itertools.chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
     out = {}
     for name in ("L", "N"):  # a pattern that matches one class: tiktoken skips every other character
@@ -93,11 +99,12 @@ def engine_classes() -> dict[str, str]:
         out[name] = f"[[{cls}]{_ranges(sorted(map(ord, theirs - ours)))}]" if theirs - ours else f"[{cls}]"
     return out
 
-
+# %% ../nbs/01_tokenizer.ipynb #2a06c288
 @functools.cache
 def _cut_regex():
-    """Zero-width matches at the places where SPLIT_PATTERN always cuts, whatever follows (rules A-G above), searched
-    right to left. A reverse search tests each rule's assertions last to first, so the cheap look-behind is last."""
+    """Zero-width matches where SPLIT_PATTERN always cuts, whatever follows (rules A-G above), searched right to left.
+
+    A reverse search tests each rule's assertions last to first, so the cheap look-behind is last."""
     L, N, W = engine_classes()["L"], engine_classes()["N"], r"[^\S\r\n]"  # W: whitespace other than a newline
     y = r"(?=(?s:.))"  # there is a next character
     rules = [
@@ -116,20 +123,21 @@ _RUN = regex.compile(r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+", regex.REVERSE)  # a 
 
 
 def _last_cut(text: str, p: int, e: int, near: int = 256) -> int | None:
-    """The rightmost place in (p, e] found where SPLIT_PATTERN always cuts, or None. The rules are tested `near`
-    characters at a time, right to left; a longer run of one class is jumped over (inside it there is no such place,
-    or one the search may miss: a missed place only makes a piece shorter). So the cost is linear in e - p."""
+    """The rightmost place in (p, e] found where SPLIT_PATTERN always cuts, or None; time linear in e - p.
+
+    The rules are tested `near` characters at a time, right to left; a longer run of one class is jumped over
+    (inside it there is no such place, or one the search may miss: a missed place only makes a piece shorter)."""
     cut, hi = _cut_regex(), e
     while hi > p:  # find the rightmost place in (lo, hi]
         lo = max(p, hi - near)
-        m = cut.search(text, lo, min(len(text), hi + 2, e + 1))  # look-ahead up to 2 past hi (rules F, G), never past e
+        m = cut.search(text, lo, min(len(text), hi + 2, e + 1))  # look-ahead <= 2 past hi (F, G), never past e
         if m:
             return m.start()  # > lo: every rule looks behind, and nothing is visible before lo
         rs = _RUN.match(text, p, lo + 1).start()  # text[rs:lo + 1]: the run of one class through lo
         hi = rs + 1 if rs + 1 < lo else lo  # its inside holds no place: jump to its start
     return None
 
-
+# %% ../nbs/01_tokenizer.ipynb #f3af2efe
 @functools.cache
 def _digit_run():
     "A run of digits (tiktoken's \\p{N}) ending where matched: searched right to left."
@@ -137,22 +145,23 @@ def _digit_run():
 
 
 def _digit_group_cut(text: str, p: int, i: int, group: int) -> int | None:
-    """A cut at or left of `i`, in (p, i], on a digit-group boundary if text[i-1] and text[i] are digits of one run,
-    else None. A digit is only ever taken by the `\\p{N}{1,g}` alternative, so a run's groups of `group` digits are
-    counted from its first digit (or from `p`, an earlier cut on such a boundary): cutting between groups is exact."""
+    """A cut in (p, i] on a digit-group boundary if text[i-1] and text[i] are digits of one run, else None.
+
+    A digit is only ever taken by the `\\p{N}{1,g}` alternative, so a run's groups of `group` digits are counted
+    from its first digit (or from `p`, an earlier cut on such a boundary): cutting between groups is exact."""
     m = _digit_run().match(text, p, i + 1) if i < len(text) else None
     if m is None or m.end() != i + 1 or m.start() >= i:
         return None  # text[i-1:i+1] is not two digits of a run
     j = i - (i - m.start()) % group
     return j if j > p else None
 
-
-def cut_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTERN) -> tuple[list[str], int]:
-    """Cut `text` into pieces of at most `max_chars` characters that join to `text`; returns (pieces, number of forced cuts).
-    With SPLIT_PATTERN (or cl100k's) each piece ends at the last place found within reach where the pattern cuts
-    whatever follows, so the pieces' chunks are the whole text's; where there is none within `max_chars` (one chunk
-    that long: a million spaces, a megabyte word) the cut is forced at `max_chars`. Other patterns: every cut is forced.
-    Time linear in len(text)."""
+# %% ../nbs/01_tokenizer.ipynb #12d39373
+def cut_pieces(
+    text: str,
+    max_chars: int = MAX_PIECE,  # longest piece, >= 2
+    pattern: str = SPLIT_PATTERN,  # SPLIT_PATTERN or cl100k's: cut by the rules; any other: every cut forced
+) -> tuple[list[str], int]:  # (pieces joining to `text`, number of forced cuts)
+    "Cut `text` into bounded pieces at places where the pattern cuts anyway, so the pieces' chunks are the whole's."
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     if not isinstance(max_chars, int) or max_chars < 2:
@@ -179,8 +188,7 @@ _SURROGATE = regex.compile(r"[\ud800-\udfff]")
 
 
 def scalar_text(text: str) -> str:
-    """`text` with surrogate code points (not text: UTF-8 can't hold them) resolved as tiktoken resolves them: a
-    high-low pair becomes the character it encodes in UTF-16, a lone one U+FFFD. Other text is returned as is."""
+    "`text` with surrogates resolved as tiktoken does: a high-low pair becomes its character, a lone one U+FFFD."
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
 
 
@@ -190,7 +198,7 @@ def split_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PAT
 
 # %% ../nbs/01_tokenizer.ipynb #aa2285bf
 def get_pair_counts(words: dict[tuple[int, ...], int]) -> Counter:
-    "Count adjacent pairs (overlapping) over `words` = {token-id tuple: how often it occurs}; returns Counter{(a, b): n}."
+    "Count adjacent pairs (overlapping) over `words` = {token-id tuple: how often it occurs}: Counter{(a, b): n}."
     counts = Counter()
     for w, c in words.items():
         for pair in zip(w, w[1:]):
@@ -199,7 +207,7 @@ def get_pair_counts(words: dict[tuple[int, ...], int]) -> Counter:
 
 
 def merge_pair(ids: Iterable[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    "A new list: `ids` with non-overlapping occurrences of `pair` (scanning left to right) replaced by `new_id` (Gage 1994)."
+    "A new list: `ids` with non-overlapping occurrences of `pair`, left to right, replaced by `new_id` (Gage 1994)."
     ids, out, i = list(ids), [], 0
     while i < len(ids):
         if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
@@ -212,12 +220,11 @@ def merge_pair(ids: Iterable[int], pair: tuple[int, int], new_id: int) -> list[i
 
 
 def train_bpe_naive(
-    text_or_texts: str | Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN
-) -> dict[tuple[int, int], int]:
-    """Train byte-level BPE the slow, obvious way; returns the merges {(a, b): new id} in the order learned (ids 256, 257, ...).
-
-    Each step recounts every pair (`get_pair_counts`), takes the most frequent, ties to the smallest pair (rustbpe's
-    rule), and rewrites all chunks. Stops early if no pair is left. `vocab_size` counts the 256 byte tokens."""
+    text_or_texts: str | Iterable[str],
+    vocab_size: int,  # counts the 256 byte tokens; fewer merges if the text runs out of pairs
+    pattern: str = SPLIT_PATTERN,
+) -> dict[tuple[int, int], int]:  # the merges {(a, b): new id} in the order learned (ids 256, 257, ...)
+    "Train byte-level BPE the slow, obvious way: recount, merge the most frequent pair (ties: the smallest), repeat."
     if vocab_size < 256:
         raise ValueError(f"vocab_size must be at least 256 (the byte tokens), got {vocab_size}")
     texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
@@ -241,16 +248,19 @@ def train_bpe_naive(
 
 # %% ../nbs/01_tokenizer.ipynb #f3a78282
 def vocab_from_merges(merges: dict[tuple[int, int], int]) -> dict[int, bytes]:
-    "{token id: the bytes it stands for}: ids 0..255 single bytes, then each merge's two parts concatenated (len 256 + len(merges))."
+    "{token id: the bytes it stands for}: ids 0..255 single bytes, then each merge's two parts concatenated."
     vocab = {i: bytes([i]) for i in range(256)}
     for (a, b), new_id in sorted(merges.items(), key=lambda kv: kv[1]):
         vocab[new_id] = vocab[a] + vocab[b]
     return vocab
 
 
-def encode_naive(text: str, merges: dict[tuple[int, int], int], pattern: str = SPLIT_PATTERN) -> list[int]:
-    """Encode `text` (str) to a list of int ids with learned `merges` (from `train_bpe_naive`): per chunk of `split_text`,
-    keep merging the adjacent pair with the lowest merge id (the rule tiktoken applies to ranks)."""
+def encode_naive(
+    text: str,
+    merges: dict[tuple[int, int], int],  # from `train_bpe_naive`
+    pattern: str = SPLIT_PATTERN,
+) -> list[int]:
+    "Encode `text`: per chunk, keep merging the adjacent pair with the lowest merge id (tiktoken's rule on ranks)."
     out = []
     for ch in split_text(text, pattern):
         ids = list(ch.encode("utf-8"))
@@ -264,22 +274,22 @@ def encode_naive(text: str, merges: dict[tuple[int, int], int], pattern: str = S
 
 
 def decode_naive(ids: list[int], merges: dict[tuple[int, int], int]) -> str:
-    "Ids -> str: bytes of every token joined, then UTF-8 decoded (invalid sequences become U+FFFD). KeyError for an unknown id."
+    "Ids -> str: every token's bytes joined, UTF-8 decoded (invalid sequences: U+FFFD). KeyError for an unknown id."
     vocab = vocab_from_merges(merges)
     return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
 
 # %% ../nbs/01_tokenizer.ipynb #767e44a7
 def train_rustbpe(
-    text_iterator: Iterable[str], vocab_size: int, pattern: str = SPLIT_PATTERN, buffer_size: int = 8192
-) -> dict[bytes, int]:
-    """Train byte-level BPE with rustbpe on an iterator of strings; returns mergeable ranks {token bytes: id}, ids 0..V-1
-    (fewer than `vocab_size` if the text runs out of pairs). Same tie rule as `train_bpe_naive`, so the same ids.
-    Documents of any length and content train (in `split_pieces`); TypeError for a document that is not a str.
-    ValueError if `vocab_size < 256`. Source: https://github.com/karpathy/rustbpe (trainer), tiktoken's rank format."""
+    text_iterator: Iterable[str],  # documents of any length and content (TypeError for one that is not a str)
+    vocab_size: int,  # >= 256; fewer ids if the text runs out of pairs
+    pattern: str = SPLIT_PATTERN,
+    buffer_size: int = 8192,
+) -> dict[bytes, int]:  # mergeable ranks {token bytes: id}, ids 0..V-1, tiktoken's format
+    "Train byte-level BPE with rustbpe (github.com/karpathy/rustbpe): `train_bpe_naive`'s tie rule, so the same ids."
     if vocab_size < 256:
         raise ValueError(f"vocab_size must be at least 256 (the byte tokens), got {vocab_size}")
 
-    def pieces():  # bounded pieces cut where the pattern always cuts: the same chunks, and rustbpe's regex never overflows
+    def pieces():  # bounded pieces cut where the pattern always cuts: the same chunks, and no regex overflow
         for i, t in enumerate(text_iterator):
             if not isinstance(t, str):
                 raise TypeError(f"document {i} is a {type(t).__name__}, not a str")
@@ -291,29 +301,14 @@ def train_rustbpe(
     return {bytes(b): int(r) for b, r in tok.get_mergeable_ranks()}
 
 # %% ../nbs/01_tokenizer.ipynb #2abde836
-def _atomic_write(path: Path, data: bytes):
-    "Write `data` to `path` via a temp file in the same directory and `os.replace` (atomic on POSIX)."
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a tokenizer is shared, readable data
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class Tokenizer:
     "Byte-level BPE tokenizer: rustbpe-trained ranks, tiktoken encoding, special tokens appended after the merges."
 
     def __init__(
         self,
-        mergeable_ranks: dict[bytes, int],
-        pattern: str = SPLIT_PATTERN,
-        special_tokens: list[str] = SPECIAL_TOKENS,
+        mergeable_ranks: dict[bytes, int],  # {token bytes: id}, the ids 0..n-1 exactly once
+        pattern: str = SPLIT_PATTERN,  # the split pattern it was trained with
+        special_tokens: list[str] = SPECIAL_TOKENS,  # ids n, n+1, ... after the learned vocabulary
         name: str = "nanolit",
     ):
         n = len(mergeable_ranks)
@@ -330,29 +325,6 @@ class Tokenizer:
         )
         self._token_bytes = None
 
-    @classmethod
-    def train_from_iterator(
-        cls,
-        text_iterator: Iterable[str],
-        vocab_size: int,
-        pattern: str = SPLIT_PATTERN,
-        special_tokens: list[str] = SPECIAL_TOKENS,
-        buffer_size: int = 8192,
-    ) -> "Tokenizer":
-        """Train on an iterator of documents. `vocab_size` includes the specials, so rustbpe learns
-        `vocab_size - 256 - len(special_tokens)` merges (fewer if the text runs out of pairs).
-        Raises ValueError if `vocab_size < 256 + len(special_tokens)` or the pattern does not compile."""
-        n_special = len(special_tokens)
-        if not isinstance(vocab_size, int) or vocab_size < 256 + n_special:
-            raise ValueError(
-                f"vocab_size must be an int >= 256 + {n_special} (bytes + special tokens) = {256 + n_special}, got {vocab_size!r}"
-            )
-        try:
-            regex.compile(pattern)
-        except regex.error as e:
-            raise ValueError(f"invalid split pattern {pattern!r}: {e}") from e
-        return cls(train_rustbpe(text_iterator, vocab_size - n_special, pattern, buffer_size), pattern, special_tokens)
-
     @property
     def vocab_size(self) -> int:
         "Number of ids, specials included."
@@ -363,148 +335,199 @@ class Tokenizer:
         "The split pattern used in training."
         return self._pattern
 
-    @property
-    def bos_token_id(self) -> int:
-        "Id of `<|bos|>`, which begins every document."
-        return self.encode_special("<|bos|>")
-
-    def get_bos_token_id(self) -> int:
-        "Id (int) of `<|bos|>`: the same as the `bos_token_id` property, as a method for callers that expect one."
-        return self.bos_token_id
-
-    def get_vocab_size(self) -> int:
-        "Number of ids (int), specials included: the same as the `vocab_size` property, as a method."
-        return self.vocab_size
-
-    def encode_special(self, name: str) -> int:
-        "The id of special token `name`; ValueError if it isn't one."
-        try:
-            return self.enc._special_tokens[name]
-        except KeyError:
-            raise ValueError(f"{name!r} is not a special token; known: {self.special_tokens}") from None
-
-    def _special_id(self, x: int | str) -> int:
-        if isinstance(x, str):
-            return self.encode_special(x)
-        if not 0 <= int(x) < self.vocab_size:
-            raise ValueError(f"token id {x} out of range [0, {self.vocab_size})")
-        return int(x)
-
-    def encode(
-        self,
-        text: str | list[str],
-        prepend: int | str | None = None,
-        append: int | str | None = None,
-        num_threads: int = 8,
-    ) -> list[int] | list[list[int]]:
-        """Encode a string (-> list of int ids) or a list of strings (-> list of lists, in `num_threads` threads).
-        Special-token strings inside the text are ordinary text. Any string encodes, in time linear in its length
-        (see `cut_pieces`); surrogate code points are resolved as tiktoken does (`scalar_text`). `prepend`/`append`: an id
-        or a special token's name, added to every sequence. TypeError for other input types; ValueError for an unknown
-        special or id out of range."""
-        pre = [] if prepend is None else [self._special_id(prepend)]
-        app = [] if append is None else [self._special_id(append)]
-        if isinstance(text, str):
-            return pre + self._encode_ordinary([text], num_threads)[0] + app
-        if isinstance(text, (list, tuple)):
-            bad = next((i for i, t in enumerate(text) if not isinstance(t, str)), None)
-            if bad is not None:
-                raise TypeError(f"encode expects str or list[str]; item {bad} is a {type(text[bad]).__name__}")
-            return [pre + ids + app for ids in self._encode_ordinary(list(text), num_threads)]
-        raise TypeError(f"encode expects str or list[str], got {type(text).__name__}")
-
-    def _encode_ordinary(self, texts: list[str], num_threads: int) -> list[list[int]]:
-        "tiktoken's ordinary ids of each text, encoded in pieces of at most `MAX_PIECE` characters (`split_pieces`), in threads."
-        pieces = [split_pieces(scalar_text(t), MAX_PIECE, self.pattern) for t in texts]
-        flat = [p for ps in pieces for p in ps]
-        ids = (
-            [self.enc.encode_ordinary(flat[0])]
-            if len(flat) == 1
-            else self.enc.encode_ordinary_batch(flat, num_threads=num_threads)
-        )
-        out, k = [], 0
-        for ps in pieces:
-            out.append(ids[k] if len(ps) == 1 else [i for x in ids[k : k + len(ps)] for i in x])
-            k += len(ps)
-        return out
-
-    def __call__(self, *args, **kwargs):
-        "Same as `encode`."
-        return self.encode(*args, **kwargs)
-
-    def decode(self, ids: list[int]) -> str:
-        "Ids (iterable of int) -> str; byte sequences that aren't valid UTF-8 (e.g. a cut multi-byte character) become U+FFFD."
-        return self.enc.decode(list(ids))
-
-    def id_to_bytes(self, id: int) -> bytes:
-        "The bytes token `id` stands for (a special token's name, UTF-8 encoded, for specials)."
-        return self.enc.decode_single_token_bytes(int(id))
-
-    def id_to_token(self, id: int) -> str:
-        "Token `id` as a string, for display (a partial UTF-8 character shows as U+FFFD)."
-        return self.id_to_bytes(id).decode("utf-8", errors="replace")
-
-    def token_bytes(self) -> torch.Tensor:
-        "int64 tensor of shape (vocab_size,): UTF-8 bytes each token decodes to; 0 for special tokens. For bits per byte."
-        if self._token_bytes is None:
-            tb = torch.zeros(self.vocab_size, dtype=torch.int64)
-            for b, i in self.mergeable_ranks.items():
-                tb[i] = len(b)
-            self._token_bytes = tb
-        return self._token_bytes
-
-    def save(self, directory: str | Path) -> None:
-        """Write `ranks.tiktoken` (tiktoken's `base64(bytes) id` lines), `tokenizer.json` (pattern, specials, vocab size)
-        and `token_bytes.pt` into `directory` (created if missing), each atomically (temp file + rename). OSError on I/O failure."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        lines = (
-            f"{base64.b64encode(b).decode()} {i}\n"
-            for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1])
-        )
-        _atomic_write(d / "ranks.tiktoken", "".join(lines).encode())
-        meta = dict(format=1, pattern=self.pattern, special_tokens=self.special_tokens, vocab_size=self.vocab_size)
-        _atomic_write(d / "tokenizer.json", json.dumps(meta, indent=1).encode())
-        import io
-
-        buf = io.BytesIO()
-        torch.save(self.token_bytes(), buf)
-        _atomic_write(d / "token_bytes.pt", buf.getvalue())
-
-    @classmethod
-    def load(cls, directory: str | Path) -> "Tokenizer":
-        "Load a tokenizer written by `save`; FileNotFoundError if the directory lacks its files, ValueError if they disagree (corrupt)."
-        d = Path(directory)
-        for f in ("ranks.tiktoken", "tokenizer.json"):
-            if not (d / f).exists():
-                raise FileNotFoundError(f"no tokenizer at {d} (missing {f})")
-        meta = json.loads((d / "tokenizer.json").read_text())
-        ranks = {}
-        for line in (d / "ranks.tiktoken").read_text().splitlines():
-            if line:
-                b, i = line.split()
-                ranks[base64.b64decode(b)] = int(i)
-        tok = cls(ranks, meta["pattern"], meta["special_tokens"])
-        if tok.vocab_size != meta["vocab_size"]:
-            raise ValueError(f"corrupt tokenizer at {d}: vocab size {tok.vocab_size} != {meta['vocab_size']}")
-        return tok
-
-    def fingerprint(self) -> str:
-        """16 hex characters identifying this tokenizer: a sha256 of its pattern, special tokens and merge ranks. Two
-        tokenizers with the same fingerprint encode every text alike; checkpoints record it (see `check_tokenizer`)."""
-        h = hashlib.sha256(json.dumps([self.pattern, self.special_tokens]).encode())
-        for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1]):
-            h.update(b"%d:" % i + b)
-        return h.hexdigest()[:16]
-
     def __repr__(self):
         return f"Tokenizer(vocab_size={self.vocab_size}, specials={len(self.special_tokens)})"
 
+# %% ../nbs/01_tokenizer.ipynb #9d9baafb
+@patch(cls_method=True)
+def train_from_iterator(
+    cls: Tokenizer,
+    text_iterator: Iterable[str],  # documents
+    vocab_size: int,  # specials included: rustbpe learns vocab_size - 256 - len(special_tokens) merges (or fewer)
+    pattern: str = SPLIT_PATTERN,
+    special_tokens: list[str] = SPECIAL_TOKENS,
+    buffer_size: int = 8192,
+) -> Tokenizer:
+    "Train a tokenizer on an iterator of documents. ValueError for a vocab below 256 + specials or a bad pattern."
+    n_special = len(special_tokens)
+    if not isinstance(vocab_size, int) or vocab_size < 256 + n_special:
+        least = f"256 + {n_special} (bytes + special tokens) = {256 + n_special}"
+        raise ValueError(f"vocab_size must be an int >= {least}, got {vocab_size!r}")
+    try:
+        regex.compile(pattern)
+    except regex.error as e:
+        raise ValueError(f"invalid split pattern {pattern!r}: {e}") from e
+    return cls(train_rustbpe(text_iterator, vocab_size - n_special, pattern, buffer_size), pattern, special_tokens)
 
-def check_tokenizer(tok: Tokenizer, meta: dict, where="this checkpoint") -> None:
-    """ValueError unless `tok` is the tokenizer a checkpoint's `meta["tokenizer"]` ({vocab_size, fingerprint}, written
-    by training) records: a model fed another tokenizer's ids reads garbage, or indexes past its embedding. Checkpoints
-    without the record (older ones) pass."""
+# %% ../nbs/01_tokenizer.ipynb #dd9a9102
+@patch(as_prop=True)
+def bos_token_id(self: Tokenizer) -> int:
+    "Id of `<|bos|>`, which begins every document."
+    return self.encode_special("<|bos|>")
+
+
+@patch
+def get_bos_token_id(self: Tokenizer) -> int:
+    "Id (int) of `<|bos|>`: the same as the `bos_token_id` property, as a method for callers that expect one."
+    return self.bos_token_id
+
+
+@patch
+def get_vocab_size(self: Tokenizer) -> int:
+    "Number of ids (int), specials included: the same as the `vocab_size` property, as a method."
+    return self.vocab_size
+
+
+@patch
+def encode_special(self: Tokenizer, name: str) -> int:
+    "The id of special token `name`; ValueError if it isn't one."
+    try:
+        return self.enc._special_tokens[name]
+    except KeyError:
+        raise ValueError(f"{name!r} is not a special token; known: {self.special_tokens}") from None
+
+
+@patch
+def _special_id(self: Tokenizer, x: int | str) -> int:
+    "The id of a special token given by name or id; ValueError if out of range."
+    if isinstance(x, str):
+        return self.encode_special(x)
+    if not 0 <= int(x) < self.vocab_size:
+        raise ValueError(f"token id {x} out of range [0, {self.vocab_size})")
+    return int(x)
+
+# %% ../nbs/01_tokenizer.ipynb #3e408be6
+@patch
+def encode(
+    self: Tokenizer,
+    text: str | list[str],  # one text, or a list of texts (encoded in threads)
+    prepend: int | str | None = None,  # an id or a special token's name, added before every sequence
+    append: int | str | None = None,  # the same, after
+    num_threads: int = 8,
+) -> list[int] | list[list[int]]:
+    "Encode ordinary text (special-token strings in it stay text), any length, in time linear in its length."
+    pre = [] if prepend is None else [self._special_id(prepend)]
+    app = [] if append is None else [self._special_id(append)]
+    if isinstance(text, str):
+        return pre + self._encode_ordinary([text], num_threads)[0] + app
+    if isinstance(text, (list, tuple)):
+        bad = next((i for i, t in enumerate(text) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise TypeError(f"encode expects str or list[str]; item {bad} is a {type(text[bad]).__name__}")
+        return [pre + ids + app for ids in self._encode_ordinary(list(text), num_threads)]
+    raise TypeError(f"encode expects str or list[str], got {type(text).__name__}")
+
+
+@patch
+def _encode_ordinary(self: Tokenizer, texts: list[str], num_threads: int) -> list[list[int]]:
+    "tiktoken's ordinary ids of each text, encoded in pieces of at most `MAX_PIECE` characters, in threads."
+    pieces = [split_pieces(scalar_text(t), MAX_PIECE, self.pattern) for t in texts]
+    flat = [p for ps in pieces for p in ps]
+    ids = (
+        [self.enc.encode_ordinary(flat[0])]
+        if len(flat) == 1
+        else self.enc.encode_ordinary_batch(flat, num_threads=num_threads)
+    )
+    out, k = [], 0
+    for ps in pieces:
+        out.append(ids[k] if len(ps) == 1 else [i for x in ids[k : k + len(ps)] for i in x])
+        k += len(ps)
+    return out
+
+
+@patch
+def __call__(self: Tokenizer, *args, **kwargs):
+    "Same as `encode`."
+    return self.encode(*args, **kwargs)
+
+
+@patch
+def decode(self: Tokenizer, ids: list[int]) -> str:
+    "Ids -> str; bytes that aren't valid UTF-8 (e.g. a cut multi-byte character) become U+FFFD."
+    return self.enc.decode(list(ids))
+
+
+@patch
+def id_to_bytes(self: Tokenizer, id: int) -> bytes:
+    "The bytes token `id` stands for (a special token's name, UTF-8 encoded, for specials)."
+    return self.enc.decode_single_token_bytes(int(id))
+
+
+@patch
+def id_to_token(self: Tokenizer, id: int) -> str:
+    "Token `id` as a string, for display (a partial UTF-8 character shows as U+FFFD)."
+    return self.id_to_bytes(id).decode("utf-8", errors="replace")
+
+# %% ../nbs/01_tokenizer.ipynb #2871715e
+@patch
+def token_bytes(self: Tokenizer) -> torch.Tensor:
+    "The UTF-8 bytes each token stands for, int64 (vocab_size,), 0 for special tokens: for bits per byte."
+    if self._token_bytes is None:
+        tb = torch.zeros(self.vocab_size, dtype=torch.int64)
+        for b, i in self.mergeable_ranks.items():
+            tb[i] = len(b)
+        self._token_bytes = tb
+    return self._token_bytes
+
+# %% ../nbs/01_tokenizer.ipynb #17eb06ee
+@patch
+def save(self: Tokenizer, directory: str | Path) -> None:
+    "Write `ranks.tiktoken`, `tokenizer.json` and `token_bytes.pt` into `directory` (created), each atomically."
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    lines = (
+        f"{base64.b64encode(b).decode()} {i}\n" for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1])
+    )
+    atomic_write(d / "ranks.tiktoken", "".join(lines).encode())
+    meta = dict(format=1, pattern=self.pattern, special_tokens=self.special_tokens, vocab_size=self.vocab_size)
+    atomic_write(d / "tokenizer.json", json.dumps(meta, indent=1).encode())
+    buf = io.BytesIO()
+    torch.save(self.token_bytes(), buf)
+    atomic_write(d / "token_bytes.pt", buf.getvalue())
+
+
+@patch(cls_method=True)
+def load(cls: Tokenizer, directory: str | Path) -> Tokenizer:
+    "Load a tokenizer written by `save`; FileNotFoundError if files are missing, ValueError if they disagree."
+    d = Path(directory)
+    for f in ("ranks.tiktoken", "tokenizer.json"):
+        if not (d / f).exists():
+            raise FileNotFoundError(f"no tokenizer at {d} (missing {f})")
+    meta = json.loads((d / "tokenizer.json").read_text())
+    ranks = {}
+    for line in (d / "ranks.tiktoken").read_text().splitlines():
+        if line:
+            b, i = line.split()
+            ranks[base64.b64decode(b)] = int(i)
+    tok = cls(ranks, meta["pattern"], meta["special_tokens"])
+    if tok.vocab_size != meta["vocab_size"]:
+        raise ValueError(f"corrupt tokenizer at {d}: vocab size {tok.vocab_size} != {meta['vocab_size']}")
+    return tok
+
+
+def get_tokenizer(directory: str | Path | None = None) -> Tokenizer:
+    "Load the tokenizer from `directory` (default `get_base_dir()/'tokenizer'`); FileNotFoundError says how to train."
+    d = Path(directory) if directory is not None else get_base_dir() / "tokenizer"
+    if not (d / "tokenizer.json").exists():
+        raise FileNotFoundError(f"no tokenizer found in {d}: train one first with `python -m nanolit.tokenizer`")
+    return Tokenizer.load(d)
+
+# %% ../nbs/01_tokenizer.ipynb #ecaf3226
+@patch
+def fingerprint(self: Tokenizer) -> str:
+    "16 hex characters of a sha256 of pattern, specials and ranks: equal fingerprints encode every text alike."
+    h = hashlib.sha256(json.dumps([self.pattern, self.special_tokens]).encode())
+    for b, i in sorted(self.mergeable_ranks.items(), key=lambda kv: kv[1]):
+        h.update(b"%d:" % i + b)
+    return h.hexdigest()[:16]
+
+
+def check_tokenizer(
+    tok: Tokenizer,
+    meta: dict,  # a checkpoint's meta; its "tokenizer" record {vocab_size, fingerprint} is written by training
+    where="this checkpoint",  # for the message
+) -> None:
+    "ValueError unless `tok` is the tokenizer the checkpoint was trained with; a checkpoint without the record passes."
     rec = meta.get("tokenizer") if isinstance(meta, dict) else None
     if not rec:
         return
@@ -515,21 +538,12 @@ def check_tokenizer(tok: Tokenizer, meta: dict, where="this checkpoint") -> None
             f"was the tokenizer retrained since? Restore that tokenizer, or retrain the model with this one"
         )
 
-
-def get_tokenizer(directory: str | Path | None = None) -> Tokenizer:
-    "Load the tokenizer from `directory` (default `get_base_dir()/'tokenizer'`); FileNotFoundError says how to train one."
-    d = Path(directory) if directory is not None else get_base_dir() / "tokenizer"
-    if not (d / "tokenizer.json").exists():
-        raise FileNotFoundError(f"no tokenizer found in {d}: train one first with `python -m nanolit.tokenizer`")
-    return Tokenizer.load(d)
-
 # %% ../nbs/01_tokenizer.ipynb #58655bdf
-def iter_parquet_texts(files: Iterable[str | Path], batch_size: int = 1024) -> Iterator[str]:
-    """Documents (str) from the `text` column of parquet `files`, in order, streamed `batch_size` rows at a time.
-    ValueError naming the file if a shard is corrupt or truncated."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def iter_parquet_texts(
+    files: Iterable[str | Path],
+    batch_size: int = 1024,  # rows read at a time
+) -> Iterator[str]:
+    "Documents from the `text` column of parquet `files`, in order. ValueError naming a corrupt or truncated shard."
     for f in files:
         try:
             for batch in pq.ParquetFile(f).iter_batches(columns=["text"], batch_size=batch_size):
@@ -539,16 +553,20 @@ def iter_parquet_texts(files: Iterable[str | Path], batch_size: int = 1024) -> I
 
 
 def iter_text_files(files: Iterable[str | Path], piece: int = 10_000) -> Iterator[str]:
-    "Documents (str) from plain UTF-8 text files, each file cut into `piece`-character pieces. FileNotFoundError / UnicodeDecodeError from reading."
+    "Documents from plain UTF-8 text files, each file cut into `piece`-character pieces."
     for f in files:
         t = Path(f).read_text(encoding="utf-8")
         for i in range(0, len(t), piece):
             yield t[i : i + piece]
 
 
-def capped(docs: Iterable[str], max_chars: int, doc_cap: int, stats: dict | None = None) -> Iterator[str]:
-    """Crop each document to `doc_cap` characters and stop once `max_chars` characters have been yielded (the last one is
-    cut to fit). If `stats` is a dict it is updated with 'chars' and 'docs' yielded so far."""
+def capped(
+    docs: Iterable[str],
+    max_chars: int,  # stop after this many characters in all (the last document cut to fit)
+    doc_cap: int,  # crop each document to this many characters
+    stats: dict | None = None,  # updated with the 'chars' and 'docs' yielded so far
+) -> Iterator[str]:
+    "The documents, each cropped to `doc_cap` characters, until `max_chars` characters have been yielded."
     n = 0
     for d in docs:
         if n >= max_chars:
@@ -559,11 +577,9 @@ def capped(docs: Iterable[str], max_chars: int, doc_cap: int, stats: dict | None
             stats["chars"], stats["docs"] = n, stats.get("docs", 0) + 1
         yield d
 
-
+# %% ../nbs/01_tokenizer.ipynb #b0f1f69c
 def _gpt2_if_cached():
     "tiktoken's gpt2 Encoding if its files are already in tiktoken's cache (no network), else None."
-    import hashlib
-
     cache = (
         os.environ.get("TIKTOKEN_CACHE_DIR")
         or os.environ.get("DATA_GYM_CACHE_DIR")
@@ -580,13 +596,15 @@ def _gpt2_if_cached():
         return None
 
 
-def compression(tokenizer, docs: Iterable[str]) -> float:
-    """Compression: total UTF-8 bytes / total tokens over `docs` (a float, higher = fewer tokens per text; no specials).
-    `tokenizer` is a Tokenizer or a tiktoken Encoding. 0 tokens counts as 1 (no ZeroDivisionError)."""
+def compression(
+    tokenizer,  # a Tokenizer or a tiktoken Encoding
+    docs: Iterable[str],
+) -> float:  # higher: fewer tokens per text
+    "UTF-8 bytes per token over `docs` (no specials; 0 tokens count as 1)."
     docs = list(docs)
     if isinstance(tokenizer, Tokenizer):
         n_tok = sum(len(ids) for ids in tokenizer.encode(docs))
-    else:  # another tiktoken Encoding: bounded pieces too (its own pattern: forced cuts, a negligible change in the count)
+    else:  # another tiktoken Encoding: bounded pieces too (its own pattern: forced cuts, a negligible change)
         n_tok = sum(
             len(ids)
             for ids in tokenizer.encode_ordinary_batch(
@@ -595,22 +613,18 @@ def compression(tokenizer, docs: Iterable[str]) -> float:
         )
     return sum(len(d.encode("utf-8")) for d in docs) / max(n_tok, 1)
 
-
+# %% ../nbs/01_tokenizer.ipynb #b7fefce9
 def train_tokenizer(
-    vocab_size: int = 8192,
-    max_chars: int = 2_000_000_000,
-    doc_cap: int = 10_000,
-    data_dir: str | Path | None = None,
-    input: list[str | Path] | None = None,
-    out_dir: str | Path | None = None,
-    val_chars: int = 10_000_000,
-    overwrite: bool = False,
+    vocab_size: int = 8192,  # specials included
+    max_chars: int = 2_000_000_000,  # characters of training text in all (see `capped`)
+    doc_cap: int = 10_000,  # characters per document
+    data_dir: str | Path | None = None,  # the corpus, train_*.parquet and val_*.parquet (default base dir/data)
+    input: list[str | Path] | None = None,  # plain text files to train on instead
+    out_dir: str | Path | None = None,  # default `get_base_dir()/'tokenizer'`
+    val_chars: int = 10_000_000,  # characters of the val split to measure compression on
+    overwrite: bool = False,  # replace a tokenizer in `out_dir` that has another vocab size (else FileExistsError)
 ) -> Tokenizer:
-    """Train on the corpus train split (or text files `input`), save to `out_dir` (default `get_base_dir()/'tokenizer'`),
-    print time and compression on the val split. `max_chars`/`doc_cap`: characters (see `capped`). Returns the Tokenizer.
-    A tokenizer already in `out_dir` is kept (and returned) if it has `vocab_size`, unless `overwrite`: every model
-    trained with it needs exactly it. FileExistsError if it has another vocab size and not `overwrite`;
-    FileNotFoundError if there is no data or an input file is missing; ValueError for a corrupt shard or bad vocab_size."""
+    "Train on the corpus train split (or `input`), save, print time and val compression; keep one already there."
     data_dir = Path(data_dir) if data_dir is not None else get_base_dir() / "data"
     out_dir = Path(out_dir) if out_dir is not None else get_base_dir() / "tokenizer"
     if (out_dir / "tokenizer.json").exists() and not overwrite:
@@ -621,7 +635,8 @@ def train_tokenizer(
                 f"pass --out-dir for a second tokenizer, or --overwrite true to replace it"
             )
         print(
-            f"kept the tokenizer in {out_dir} (vocab {old.vocab_size}, fingerprint {old.fingerprint()}); --overwrite true retrains it"
+            f"kept the tokenizer in {out_dir} (vocab {old.vocab_size}, fingerprint {old.fingerprint()}); "
+            "--overwrite true retrains it"
         )
         return old
     if input:
@@ -634,15 +649,17 @@ def train_tokenizer(
         files = sorted(data_dir.glob("train_*.parquet"))
         if not files:
             raise FileNotFoundError(
-                f"no train_*.parquet in {data_dir}: build the corpus first (notebook 02, `python -m nanolit.data`) or pass --input"
+                f"no train_*.parquet in {data_dir}: build the corpus first (notebook 02, `python -m nanolit.data`) "
+                "or pass --input"
             )
         docs = iter_parquet_texts(files)
     stats = {}
     t0 = time.time()
     tok = Tokenizer.train_from_iterator(capped(docs, max_chars, doc_cap, stats), vocab_size)
     dt = time.time() - t0
+    n_chars, n_docs = stats.get("chars", 0), stats.get("docs", 0)
     print(
-        f"trained vocab {tok.vocab_size} on {stats.get('chars', 0):,} chars ({stats.get('docs', 0):,} docs) from {len(files)} files in {dt:.1f} s"
+        f"trained vocab {tok.vocab_size} on {n_chars:,} chars ({n_docs:,} docs) from {len(files)} files in {dt:.1f} s"
     )
     tok.save(out_dir)
     print(f"saved to {out_dir}")
@@ -657,32 +674,43 @@ def train_tokenizer(
             print("(gpt2 encoding not cached locally: comparison skipped)")
     return tok
 
+# %% ../nbs/01_tokenizer.ipynb #db020517
+@dataclass
+class TokenizerTrainConfig:
+    "The options of `nanolit-tokenizer` / `python -m nanolit.tokenizer`: what `train_tokenizer` takes from the shell."
 
-@call_parse
-def main(
-    vocab_size: int = 8192,  # vocabulary size including special tokens
-    max_chars: int = 2_000_000_000,  # stop after this many characters of training text
-    doc_cap: int = 10_000,  # crop each document to this many characters
-    data_dir: str = None,  # corpus folder with train_*.parquet (default: base dir/data)
-    input: str = None,  # comma-separated text files to train on instead of parquet
-    out_dir: str = None,  # where to save (default: base dir/tokenizer)
-    overwrite: bool_arg = False,
-):  # replace a tokenizer already in out_dir (models trained with it then no longer load)
-    "Train the nanolit tokenizer on the corpus train split and save it."
-    with exit_on_user_error():
-        train_tokenizer(
-            vocab_size, max_chars, doc_cap, data_dir, input.split(",") if input else None, out_dir, overwrite=overwrite
-        )
+    vocab_size: int = 8192  # vocabulary size including special tokens
+    max_chars: int = 2_000_000_000  # stop after this many characters of training text
+    doc_cap: int = 10_000  # crop each document to this many characters
+    data_dir: str = ""  # corpus folder with train_*.parquet ('': base dir/data)
+    input: str = ""  # comma-separated text files to train on instead of parquet
+    out_dir: str = ""  # where to save ('': base dir/tokenizer)
+    overwrite: bool = False  # replace a tokenizer already in out_dir (models trained with it then no longer load)
+
+
+def _train_command(cfg: TokenizerTrainConfig) -> None:
+    train_tokenizer(
+        cfg.vocab_size,
+        cfg.max_chars,
+        cfg.doc_cap,
+        cfg.data_dir or None,
+        cfg.input.split(",") if cfg.input else None,
+        cfg.out_dir or None,
+        overwrite=cfg.overwrite,
+    )
+
+
+main = cli_from_dataclass(
+    TokenizerTrainConfig, _train_command, doc="Train the nanolit tokenizer on the corpus train split and save it."
+)
 
 # %% ../nbs/01_tokenizer.ipynb #a82cf4d0
-# fastcore >= 1.x `call_parse` already runs the CLI when the module is `__main__` (and binds `main` to its result,
-# None); this guard only matters for a decorator that doesn't.
-if __name__ == "__main__" and callable(main):
+if __name__ == "__main__":
     main()
 
 # %% ../nbs/01_tokenizer.ipynb #4f95d85d
 def _normalize_messages(conversation: dict) -> list[dict]:
-    "Validate roles (optional system, then user/assistant alternating from user) and merge the system message into the first user one."
+    "Check the roles (optional system, then user, assistant, ... alternating) and merge a system message into the next."
     msgs = conversation.get("messages") if isinstance(conversation, dict) else None
     if not msgs:
         raise ValueError("conversation must be a dict with a non-empty 'messages' list")
@@ -697,17 +725,21 @@ def _normalize_messages(conversation: dict) -> list[dict]:
         want = "user" if i % 2 == 0 else "assistant"
         if m.get("role") != want:
             raise ValueError(
-                f"message {i} has role {m.get('role')!r}, expected {want!r} (roles must alternate user, assistant, ... after an optional system message)"
+                f"message {i} has role {m.get('role')!r}, expected {want!r} "
+                "(roles must alternate user, assistant, ... after an optional system message)"
             )
         if "content" not in m:
             raise ValueError(f"message {i} has no 'content'")
     return msgs
 
-
+# %% ../nbs/01_tokenizer.ipynb #422f5e18
 @patch
-def render_conversation(self: Tokenizer, conversation: dict, max_tokens: int = 2048) -> tuple[list[int], list[int]]:
-    """Token ids and loss mask (same length, at most `max_tokens`) for a conversation {"messages": [{"role", "content"}, ...]}.
-    mask is 1 on assistant-written tokens (content, python calls, `<|assistant_end|>`), 0 elsewhere. ValueError on bad role order."""
+def render_conversation(
+    self: Tokenizer,
+    conversation: dict,  # {"messages": [{"role", "content"}, ...]}
+    max_tokens: int = 2048,  # both lists cut to this length
+) -> tuple[list[int], list[int]]:  # (ids, mask): mask 1 on what the assistant writes, 0 elsewhere
+    "Token ids and loss mask of a conversation, special tokens marking its turns. ValueError on bad role order."
     ids, mask = [], []
 
     def add(toks, m):
@@ -751,10 +783,10 @@ def render_conversation(self: Tokenizer, conversation: dict, max_tokens: int = 2
         add(sp("<|assistant_end|>"), 1)
     return ids[:max_tokens], mask[:max_tokens]
 
-
+# %% ../nbs/01_tokenizer.ipynb #0f763edd
 @patch
 def render_for_completion(self: Tokenizer, conversation: dict) -> list[int]:
-    "Ids to prompt the model for the next assistant turn: the conversation (a trailing assistant message dropped) + `<|assistant_start|>`."
+    "Ids that prompt the next assistant turn: the conversation (less a trailing assistant turn), `<|assistant_start|>`."
     msgs = list(conversation.get("messages", [])) if isinstance(conversation, dict) else []
     if msgs and msgs[-1].get("role") == "assistant":
         msgs = msgs[:-1]

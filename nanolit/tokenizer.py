@@ -704,10 +704,6 @@ main = cli_from_dataclass(
     TokenizerTrainConfig, _train_command, doc="Train the nanolit tokenizer on the corpus train split and save it."
 )
 
-# %% ../nbs/01_tokenizer.ipynb #a82cf4d0
-if __name__ == "__main__":
-    main()
-
 # %% ../nbs/01_tokenizer.ipynb #4f95d85d
 def _normalize_messages(conversation: dict) -> list[dict]:
     "Check the roles (optional system, then user, assistant, ... alternating) and merge a system message into the next."
@@ -794,3 +790,7 @@ def render_for_completion(self: Tokenizer, conversation: dict) -> list[int]:
         raise ValueError("a conversation to complete must end with a user message")
     ids, _ = self.render_conversation(dict(messages=msgs), max_tokens=10**9)
     return ids + [self.encode_special("<|assistant_start|>")]
+
+# %% ../nbs/01_tokenizer.ipynb #a82cf4d0
+if __name__ == "__main__":
+    main()

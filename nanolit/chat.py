@@ -7,6 +7,7 @@ Docs: https://nanolit.github.io/nanolit/chat.html.md"""
 # %% ../nbs/14_chat.ipynb #79e92835
 from __future__ import annotations
 import asyncio
+import functools
 import html
 import json
 import logging
@@ -643,78 +644,86 @@ def _conversation_html(messages: list[dict], partial: str | None = None) -> str:
     )
 
 
-def chat_widget(model=None, tokenizer: Tokenizer | None = None, session: ChatSession | None = None, **session_kw):
-    """An ipywidgets chat on `session` (default `ChatSession(model, tokenizer, **session_kw)`). Returns a `VBox` with
-    attributes view (HTML), text (Textarea), send / stop / reset (Buttons), status (HTML), session, thread (the last
-    generation thread) and wait(timeout) -> bool (True when no generation is running)."""
+def _chat_box(session: ChatSession):
+    "The chat cell's widgets in a VBox, each also an attribute: view, text, send, stop, reset, status, session."
     import ipywidgets as W
 
-    session = session or ChatSession(model, tokenizer, **session_kw)
     view = W.HTML(layout=W.Layout(max_height="400px", overflow_y="auto", border="1px solid #ccc", padding="4px"))
     text = W.Textarea(placeholder="Type a message and press Send", layout=W.Layout(width="100%"))
     send, stop, reset = W.Button(description="Send"), W.Button(description="Stop"), W.Button(description="Reset")
     status = W.HTML()
     box = W.VBox([view, text, W.HBox([send, stop, reset]), status])
-    box.view, box.text, box.send, box.stop, box.reset, box.status, box.session = (
-        view,
-        text,
-        send,
-        stop,
-        reset,
-        status,
-        session,
-    )
+    box.view, box.text, box.send, box.stop, box.reset = view, text, send, stop, reset
+    box.status, box.session = status, session
     box.thread, box.stop_event = None, threading.Event()
+    return box
 
-    def busy():
-        return box.thread is not None and box.thread.is_alive()
 
-    def run(pieces):
-        partial = ""
-        try:
-            for p in pieces:
-                partial += p
-                view.value = _conversation_html(session.messages, partial)
-        except Exception as e:
-            status.value = f"<span style='color:#b00020'>error: {html.escape(str(e))}</span>"
-        view.value = _conversation_html(session.messages)
-        send.disabled = False
+def _busy(box) -> bool:
+    return box.thread is not None and box.thread.is_alive()
 
-    def on_send(_):
-        if busy():
-            status.value = "still generating: press Stop first"
-            return
-        box.stop_event = threading.Event()
-        try:
-            pieces = session.stream(text.value, stop=box.stop_event)
-        except ValueError as e:
-            status.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"
-            return
-        status.value, text.value, send.disabled = "", "", True
-        view.value = _conversation_html(session.messages, "")
-        box.thread = threading.Thread(target=run, args=(pieces,), daemon=True)
-        box.thread.start()
 
-    def on_stop(_):
-        box.stop_event.set()
+def _show_reply(box, pieces):
+    "The generation thread: each piece of the reply into the view as it comes; an error into the status line."
+    partial = ""
+    try:
+        for p in pieces:
+            partial += p
+            box.view.value = _conversation_html(box.session.messages, partial)
+    except Exception as e:
+        box.status.value = f"<span style='color:#b00020'>error: {html.escape(str(e))}</span>"
+    box.view.value = _conversation_html(box.session.messages)
+    box.send.disabled = False
 
-    def on_reset(_):
-        box.stop_event.set()
-        box.wait(30)
-        session.reset()
-        view.value = _conversation_html(session.messages)
-        status.value = ""
 
-    def wait(timeout: float | None = None) -> bool:
-        if box.thread is not None:
-            box.thread.join(timeout)
-        return not busy()
+def _on_send(box):
+    "Send: refuse while a reply is streaming or for an invalid message, else stream the reply in a thread."
+    if _busy(box):
+        box.status.value = "still generating: press Stop first"
+        return
+    box.stop_event = threading.Event()
+    try:
+        pieces = box.session.stream(box.text.value, stop=box.stop_event)
+    except ValueError as e:
+        box.status.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"
+        return
+    box.status.value, box.text.value, box.send.disabled = "", "", True
+    box.view.value = _conversation_html(box.session.messages, "")
+    box.thread = threading.Thread(target=_show_reply, args=(box, pieces), daemon=True)
+    box.thread.start()
 
-    box.wait = wait
-    send.on_click(on_send)
-    stop.on_click(on_stop)
-    reset.on_click(on_reset)
-    view.value = _conversation_html(session.messages)
+
+def _on_reset(box):
+    "Reset: stop a streaming reply, wait for it, and start the conversation over."
+    box.stop_event.set()
+    box.wait(30)
+    box.session.reset()
+    box.view.value = _conversation_html(box.session.messages)
+    box.status.value = ""
+
+
+def _wait(box, timeout: float | None = None) -> bool:
+    if box.thread is not None:
+        box.thread.join(timeout)
+    return not _busy(box)
+
+
+def chat_widget(
+    model=None,  # a `GPT` in eval mode (unless `session` is given)
+    tokenizer: Tokenizer | None = None,  # its tokenizer
+    session: ChatSession | None = None,  # default `ChatSession(model, tokenizer, **session_kw)`
+    **session_kw,  # sampling options of the session
+):
+    """An ipywidgets chat cell on `session`: a `VBox` with Send, Stop and Reset, the reply streaming into the view.
+
+    Its attributes: view (HTML), text (Textarea), send / stop / reset (Buttons), status (HTML), session, thread (the
+    last generation thread) and wait(timeout) -> bool (True when no generation is running)."""
+    box = _chat_box(session or ChatSession(model, tokenizer, **session_kw))
+    box.wait = functools.partial(_wait, box)
+    box.send.on_click(lambda _: _on_send(box))
+    box.stop.on_click(lambda _: box.stop_event.set())
+    box.reset.on_click(lambda _: _on_reset(box))
+    box.view.value = _conversation_html(box.session.messages)
     return box
 
 # %% ../nbs/14_chat.ipynb #2455019c

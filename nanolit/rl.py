@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from .core import dist_cleanup, print0, get_base_dir, git_commit, cli_from_dataclass
 from .tokenizer import Tokenizer
+from .model import GPT
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
 from .checkpoint import checkpoint_dir, list_checkpoints, load_dcp_checkpoint
@@ -34,8 +35,8 @@ from .sft import gsm8k_pool, chat_eval, chat_eval_tasks, save_curves, lineage_me
 # %% auto #0
 __all__ = ['MAX_REWARD', 'main', 'CHAT_EVAL_NOTE', 'report_main', 'group_advantages', 'reward', 'rollout', 'rl_batch',
            'policy_logprobs', 'pg_loss', 'rl_backward', 'RLConfig', 'heldout_pass_at_k', 'rollouts', 'reward_stats',
-           'rl_batches', 'rl_resume', 'rl_finish', 'rl', 'md_table', 'last_meta', 'copy_plot', 'base_section',
-           'sft_section', 'rl_section', 'write_report', 'ReportConfig', 'report']
+           'rl_batches', 'RLSetup', 'setup_rl', 'rl_evaluate', 'rl_resume', 'rl_finish', 'rl', 'md_table', 'last_meta',
+           'copy_plot', 'base_section', 'sft_section', 'rl_section', 'write_report', 'ReportConfig', 'report']
 
 # %% ../nbs/13_rl.ipynb #31fd80c9
 MAX_REWARD = 1e30  # |reward| above this is invalid (its float32 advantage would overflow)
@@ -219,7 +220,7 @@ class RLConfig(OptimConfig, RunConfig):
         if self.top_k < 0:
             self.bad("top_k", "must be >= 0 (0: all tokens)")
 
-# %% ../nbs/13_rl.ipynb #d689edb0
+# %% ../nbs/13_rl.ipynb #0266930e
 def heldout_pass_at_k(
     engine: Engine,  # samples with the current policy
     tokenizer: Tokenizer,  # renders and decodes
@@ -240,7 +241,7 @@ def heldout_pass_at_k(
     engine.model.train(was)
     return {"pass@1": r["accuracy"], f"pass@{k}": r[f"pass@{k}"]}
 
-# %% ../nbs/13_rl.ipynb #a224af9a
+# %% ../nbs/13_rl.ipynb #76b7dea1
 def rollouts(
     engine: Engine,  # samples with the current policy
     tok: Tokenizer,  # renders the problems, decodes the answers
@@ -299,60 +300,27 @@ def rl_batches(
         for i in range(0, len(samples), size)
     ]
 
-# %% ../nbs/13_rl.ipynb #b5732b71
-def rl_resume(
-    run: Run,  # a resuming run (10b)
-    model,  # the policy, loaded from the source checkpoint: overwritten in place
-    optimizer,  # the fresh optimizer: overwritten in place
-    tok: Tokenizer,  # must be the checkpoint's
-    num_steps: int,  # this run's horizon
-) -> tuple[int, dict | None]:
-    "(step to continue from, the saved result if the run was already complete) of the newest checkpoint."
-    step, saved = run.load_meta(num_steps, asdict(model.config), tok)
-    done = run.complete(step, num_steps)
-    if done is None:
-        load_dcp_checkpoint(run.dir, model, optimizer, step)
-        run.restore(saved)  # RNG state and history; the problems and rollout seeds of a step depend on it alone
-        print0(f"resumed from {run.dir} at step {step} of {num_steps}")
-    return step, done
+# %% ../nbs/13_rl.ipynb #1c5f8ef3
+@dataclass
+class RLSetup:
+    "What the RL loop works with, built once by `setup_rl`."
 
-# %% ../nbs/13_rl.ipynb #dc2a80e5
-def rl_finish(
-    run: Run,  # the run (10b): its dir, history and ranks
-    model,  # the trained model
-    tok: Tokenizer,  # its tokenizer
-    cfg: RLConfig,  # chat_eval_tasks, chat_eval_items, gsm8k_source, num_iterations
-    meta: dict,  # RL's meta keys: model_config and the lineage
-    t_start: float,  # `time.time()` when the loop started
-    **counts,  # n_pool, n_heldout: recorded in the result
-) -> dict:
-    "The chat eval at the end, the last checkpoint (the weights alone), `reward.png` and `rl_result.json`."
-    tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, meta["trained_on"]) if cfg.chat_eval_tasks else {}
-    rows = chat_eval(model, tok, tasks, cfg.chat_eval_items) if cfg.chat_eval_tasks else []
-    if rows:
-        print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
-    h, n = run.history, cfg.num_iterations
-    result = dict(final_eval=h["val"][-1], chat_eval=rows, num_steps=n, checkpoint=str(run.dir))
-    result.update(seconds=time.time() - t_start, **counts)
-    run.save(n, model, None, dict(meta, chat_eval=rows))
-    if run.main:  # the reward curve and pass@1, drawn like a loss
-        curves = dict(
-            train=[dict(step=t["step"], loss=t["reward"]) for t in h["train"]],
-            val=[dict(step=v["step"], loss=v["pass@1"]) for v in h["val"]],
-        )
-        save_curves(curves, run.dir / "reward.png", "RL mean reward / held-out pass@1")
-    summary = f"done: {n} steps in {result['seconds']:.0f} s | held-out {h['val'][-1]} | checkpoint {run.dir}"
-    return run.finish(result, summary)
+    model: GPT  # the policy
+    tok: Tokenizer  # its tokenizer
+    engine: Engine  # samples from the policy (rollouts and pass@k)
+    optimizer: object  # MuonAdamW at init_lr_frac of the learning rates
+    train_task: GSM8K  # the training pool
+    held_task: GSM8K  # the held-out problems
+    order: list[int]  # the training problems, shuffled once by the seed
+    num_steps: int  # the horizon
+    meta: dict  # what every checkpoint records: model_config and the lineage
 
-# %% ../nbs/13_rl.ipynb #bd76babc
-def rl(
-    cfg: RLConfig,  # every knob of the run
-) -> dict:
-    """On-policy RL from a checkpoint (default the SFT one of the same tag), on this process or every rank of a launch.
 
-    Returns {'history', 'final_eval', 'chat_eval', 'checkpoint', 'num_steps', 'n_pool', 'n_heldout', ...}."""
-    cfg.check()
-    run = Run(cfg, "rl")  # checkpoint dir, dist_init, seeding (10b)
+def setup_rl(
+    cfg: RLConfig,  # the run's config
+    run: Run,  # the run (10b)
+) -> RLSetup:
+    "Build what the loop needs: the source model, the GSM8K pool and held-out problems, the optimizer, the engine."
     model, tok, src_meta = load_source(cfg, run.device)
     broadcast_parameters(model)
     pool, held = gsm8k_pool(cfg.gsm8k_source, record=run.main)
@@ -363,58 +331,121 @@ def rl(
     random.Random(cfg.seed).shuffle(order)
     lrs = cfg.optimizer_kwargs(cfg.init_lr_frac)  # every lr x init_lr_frac (05)
     optimizer = build_optimizer(model.param_groups(), model_dim=model.config.n_embd, **lrs)
-    engine, top_k, num_steps = Engine(model, tok), (cfg.top_k or None), cfg.num_iterations
-    print0(
-        f"RL from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: pool {len(pool)}, held-out {len(held)} | "
-        f"{cfg.prompts_per_step} problems x {cfg.num_samples} samples per step, {num_steps} steps, world {run.world}"
-    )
     lineage = lineage_meta(cfg, src_meta)  # what this model's lineage trained on: excluded from its chat eval
     meta = dict(model_config=src_meta["model_config"], **lineage)
-    step0, done = rl_resume(run, model, optimizer, tok, num_steps) if run.resuming else (0, None)
-    if done is not None:
-        return done  # already complete
-    run.start(num_steps, step0)
-    t_start = time.time()
-    for step in range(step0, num_steps + 1):
-        if run.due(step, cfg.eval_every, num_steps):
-            ev = heldout_pass_at_k(
-                engine, tok, held_task, cfg.eval_items, cfg.eval_k, cfg.max_new_tokens, cfg.temperature, top_k
-            )
-            run.history["val"].append(dict(step=step, **ev))
-            run.write(f"step {step:4d} | held-out " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items()))
-        if step == num_steps:
-            break
+    engine = Engine(model, tok)
+    return RLSetup(model, tok, engine, optimizer, train_task, held_task, order, cfg.num_iterations, meta)
+
+
+def rl_evaluate(
+    run: Run,  # the run (10b): its cadences and history
+    cfg: RLConfig,  # eval_every, eval_items, eval_k, max_new_tokens, temperature, top_k
+    s: RLSetup,  # what `setup_rl` built
+    step: int,  # optimizer steps done
+) -> None:
+    "Held-out pass@1 and pass@k when due at `step`, into the history and a log line."
+    if run.due(step, cfg.eval_every, s.num_steps):
+        k, items, top_k = cfg.eval_k, cfg.eval_items, cfg.top_k or None
+        ev = heldout_pass_at_k(s.engine, s.tok, s.held_task, items, k, cfg.max_new_tokens, cfg.temperature, top_k)
+        run.history["val"].append(dict(step=step, **ev))
+        run.write(f"step {step:4d} | held-out " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items()))
+
+# %% ../nbs/13_rl.ipynb #ccbbd539
+def rl_resume(
+    run: Run,  # a resuming run (10b)
+    s: RLSetup,  # the policy and optimizer: overwritten in place
+) -> int:
+    "Load the newest checkpoint into `s` (weights, optimizer, RNG, history); returns its step."
+    step, saved = run.load_meta(s.num_steps, asdict(s.model.config), s.tok)
+    load_dcp_checkpoint(run.dir, s.model, s.optimizer if step < s.num_steps else None, step)  # the last: weights only
+    run.restore(saved)  # RNG state and history; a step's problems and rollout seeds depend on the step alone
+    print0(f"resumed from {run.dir} at step {step} of {s.num_steps}")
+    return step
+
+# %% ../nbs/13_rl.ipynb #029b2919
+def rl_finish(
+    run: Run,  # the run (10b): its dir, history and ranks
+    cfg: RLConfig,  # chat_eval_tasks, chat_eval_items, gsm8k_source
+    s: RLSetup,  # the policy and the meta
+    t_start: float,  # `time.time()` when the loop started
+) -> dict:
+    "The chat eval at the end, the last checkpoint (the weights alone), `reward.png` and `rl_result.json`."
+    names = cfg.chat_eval_tasks
+    tasks = chat_eval_tasks(names, cfg.gsm8k_source, s.meta["trained_on"]) if names else {}
+    rows = chat_eval(s.model, s.tok, tasks, cfg.chat_eval_items) if names else []
+    if rows:
+        print0("chat eval after RL: " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
+    h, n = run.history, s.num_steps
+    result = dict(final_eval=h["val"][-1], chat_eval=rows, num_steps=n, checkpoint=str(run.dir))
+    result.update(seconds=time.time() - t_start, n_pool=len(s.train_task), n_heldout=len(s.held_task))
+    run.save(n, s.model, None, dict(s.meta, chat_eval=rows))
+    if run.main:  # the reward curve and pass@1, drawn like a loss
+        curves = dict(
+            train=[dict(step=t["step"], loss=t["reward"]) for t in h["train"]],
+            val=[dict(step=v["step"], loss=v["pass@1"]) for v in h["val"]],
+        )
+        save_curves(curves, run.dir / "reward.png", "RL mean reward / held-out pass@1")
+    summary = f"done: {n} steps in {result['seconds']:.0f} s | held-out {h['val'][-1]} | checkpoint {run.dir}"
+    return run.finish(result, summary)
+
+# %% ../nbs/13_rl.ipynb #ea695142
+def rl(
+    cfg: RLConfig,  # every knob of the run
+) -> dict:
+    "On-policy RL from a checkpoint (default: the SFT one of the tag) on this process or every rank of a launch."
+    cfg.check()
+    run = Run(cfg, "rl")  # checkpoint dir, resume decision, dist_init, seeding (10b)
+    s = setup_rl(cfg, run)
+    start = rl_resume(run, s) if run.resuming else 0
+    if (done := run.complete(start, s.num_steps)) is not None:  # resumed after its last step: nothing to train
+        return done
+    print0(
+        f"RL from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: pool {len(s.train_task)}, held-out "
+        f"{len(s.held_task)} | {cfg.prompts_per_step} problems x {cfg.num_samples} samples per step, "
+        f"{s.num_steps} steps, world {run.world}"
+    )
+    run.start(s.num_steps, start)
+    t_start, dev = time.time(), run.device
+    if start == 0:
+        rl_evaluate(run, cfg, s, 0)
+    apply_lr(s.optimizer, lr_multiplier(start, s.num_steps, 0, cfg.warmdown_ratio, 0.0))  # the first step's lr
+    for step in range(start, s.num_steps):
         t0 = time.perf_counter()
         # 1. rollouts: this rank's share of the step's problems (rank r: r, r + world, ...), K samples each
         mine = range(run.rank, cfg.prompts_per_step, run.world)
-        problems = [order[(step * cfg.prompts_per_step + j) % len(order)] for j in mine]
-        prompts, samples, rewards = rollouts(engine, tok, train_task, problems, cfg, step)
+        problems = [s.order[(step * cfg.prompts_per_step + j) % len(s.order)] for j in mine]
+        prompts, samples, rewards = rollouts(s.engine, s.tok, s.train_task, problems, cfg, step)
         # 2. advantages against each group's mean (a NaN reward, a failed judge, gets 0 and is left out; counted)
         adv = group_advantages(rewards).flatten().tolist() if rewards else []
-        mean_reward, n_invalid, signal = reward_stats(rewards, adv, run.device)
+        mean_reward, n_invalid, signal = reward_stats(rewards, adv, dev)
         # 3. forward + backward over micro-batches (the loss normalised by the step's sampled tokens, all ranks)
-        batches = rl_batches(prompts, samples, adv, cfg.device_batch_size, tok.bos_token_id, run.device)
-        loss, n_tok = rl_backward(model, batches, temperature=cfg.temperature, top_k=top_k) if signal else (0.0, 0)
-        # 4. gradient average, this step's schedule, the optimizer step: skipped when no advantage is non-zero
-        lrm = lr_multiplier(step, num_steps, 0, cfg.warmdown_ratio, 0.0)
-        apply_lr(optimizer, lrm)
-        if signal:
-            allreduce_gradients(model.parameters())
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        batches = rl_batches(prompts, samples, adv, cfg.device_batch_size, s.tok.bos_token_id, dev)
+        pg = dict(temperature=cfg.temperature, top_k=cfg.top_k or None)  # the rollouts' sampling distribution
+        loss, n_tok = rl_backward(s.model, batches, **pg) if signal else (0.0, 0)
+        if signal:  # 4. gradient average and optimizer step, unless no advantage is non-zero
+            allreduce_gradients(s.model.parameters())
+            s.optimizer.step()
+        s.optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
-        # 5. log
+        done = step + 1
+        lrm = lr_multiplier(step, s.num_steps, 0, cfg.warmdown_ratio, 0.0)  # the step's, for the log
+        if done < s.num_steps:  # 5. schedule: the next step's learning rate
+            apply_lr(s.optimizer, lr_multiplier(done, s.num_steps, 0, cfg.warmdown_ratio, 0.0))
+        # 6. log, eval, save
         record = dict(loss=loss, reward=mean_reward, invalid_rewards=n_invalid, tokens=n_tok, updated=signal)
-        line = f"step {step:4d}/{num_steps} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | {n_tok} sampled "
+        line = f"step {step:4d}/{s.num_steps} | mean reward {mean_reward:.3f} | pg loss {loss:+.4f} | {n_tok} sampled "
         line += f"tokens | {n_invalid} invalid rewards | {'step' if signal else 'no signal: skipped'} | {dt:.1f} s"
-        run.log(step, num_steps, dict(record, lr_mult=lrm, dt=dt), line, reward=f"{mean_reward:.3f}", tokens=n_tok)
-        if run.save_due(step + 1, num_steps) or run.stop_due(step + 1, num_steps):
-            run.save(step + 1, model, optimizer, meta)
-        if run.stop_due(step + 1, num_steps):
-            return run.stopped(step + 1)
-    return rl_finish(run, model, tok, cfg, meta, time.time() - t_start, n_pool=len(pool), n_heldout=len(held))
+        run.log(step, s.num_steps, dict(record, lr_mult=lrm, dt=dt), line, reward=f"{mean_reward:.3f}", tokens=n_tok)
+        if done < s.num_steps:
+            rl_evaluate(run, cfg, s, done)
+            if run.stop_due(done, s.num_steps) or run.save_due(done, s.num_steps):
+                run.save(done, s.model, s.optimizer, s.meta)
+            if run.stop_due(done, s.num_steps):
+                return run.stopped(done)
+    rl_evaluate(run, cfg, s, s.num_steps)
+    return rl_finish(run, cfg, s, t_start)
 
-# %% ../nbs/13_rl.ipynb #c2be81ae
+# %% ../nbs/13_rl.ipynb #4219e539
 main = cli_from_dataclass(
     RLConfig,
     rl,
@@ -422,7 +453,7 @@ main = cli_from_dataclass(
     doc="On-policy RL of a nanolit chat model on GSM8K-style problems (one process, or every rank under torchrun).",
 )
 
-# %% ../nbs/13_rl.ipynb #5518ae1a
+# %% ../nbs/13_rl.ipynb #ec5edd87
 def md_table(
     rows: list[dict],  # one dict per row, the first one's keys are the columns
 ) -> list[str]:
@@ -462,7 +493,7 @@ def copy_plot(
     shutil.copy(d / name, out / f"{tag}_{d.parent.name}_{name}")
     return [f"![{title}]({tag}_{d.parent.name}_{name})", ""]
 
-# %% ../nbs/13_rl.ipynb #e64364b0
+# %% ../nbs/13_rl.ipynb #dc48c528
 def base_section(
     meta: dict | None,  # the base checkpoint's meta (None: not found)
     d: Path,  # its dir
@@ -531,7 +562,7 @@ def rl_section(
     lines += ["chat eval at the end of RL (greedy):", ""] + md_table(meta.get("chat_eval", [])) + [""] + plot
     return lines + ["config: `" + json.dumps(meta.get("config", {})) + "`", ""]
 
-# %% ../nbs/13_rl.ipynb #b7b45f2f
+# %% ../nbs/13_rl.ipynb #ed31e26b
 CHAT_EVAL_NOTE = (
     "Items that any checkpoint of this model's lineage trained on (its meta's `trained_on`: the SFT mixture's "
     "GSM8K pool, MMLU dev items and SpellingBee words, and RL's GSM8K pool) are excluded before scoring; each "
@@ -571,7 +602,7 @@ def write_report(
     path.write_text("\n".join(lines) + "\n")
     return path
 
-# %% ../nbs/13_rl.ipynb #b87a744f
+# %% ../nbs/13_rl.ipynb #3eccae87
 @dataclass
 class ReportConfig:
     "What the run report needs: the runs' tags and the file holding the final chat answer."
@@ -597,7 +628,7 @@ report_main = cli_from_dataclass(
     ReportConfig, report, doc="Write the run report of a tag: `nanolit-report` or `python -m nanolit.rl report`."
 )
 
-# %% ../nbs/13_rl.ipynb #e60257ce
+# %% ../nbs/13_rl.ipynb #a260b5aa
 if __name__ == "__main__":
     if sys.argv[1:2] == ["report"]:  # `python -m nanolit.rl report --tag T ...`: the run report, not a run
         del sys.argv[1]

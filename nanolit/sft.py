@@ -56,7 +56,8 @@ __all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main
            'trained_keys', 'best_fit_rows', 'rows_to_batch', 'conversation_stream', 'sft_batches', 'sft_backward',
            'masked_loss', 'IdentityCheck', 'chat_eval_tasks', 'chat_eval', 'SFTConfig', 'lineage_meta', 'save_curves',
            'load_source', 'SFTLayout', 'sft_layout', 'accum_steps', 'sft_num_steps', 'sft_data', 'sft_val_loss',
-           'plain_copy', 'sft_save', 'sft_resume', 'sft_finish', 'sft']
+           'plain_copy', 'SFTSetup', 'setup_sft', 'describe_sft', 'sft_schedule', 'sft_evaluate', 'sft_save',
+           'sft_resume', 'sft_finish', 'sft']
 
 # %% ../nbs/12_sft.ipynb #5259864a
 CHITCHAT = "chitchat-dataset==0.9.0"
@@ -672,7 +673,7 @@ def lineage_meta(cfg, src_meta: dict, trained: dict | None = None) -> dict:
         trained_on=trained_on,
     )
 
-# %% ../nbs/12_sft.ipynb #2a227916
+# %% ../nbs/12_sft.ipynb #719048f4
 def save_curves(
     history: dict,  # {"train": [{"step", "loss"}, ...], "val": [{"step", val_key}, ...]}
     path,  # the PNG to write
@@ -691,12 +692,12 @@ def save_curves(
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
-# %% ../nbs/12_sft.ipynb #a375ad1e
+# %% ../nbs/12_sft.ipynb #7c625889
 def load_source(
     cfg,  # a post-training config: source_stage, source_tag ("" = tag), source_step (-1 = last), tokenizer_dir
     device,  # where the model goes
 ) -> tuple[GPT, Tokenizer, dict]:
-    "(model, tokenizer, meta) of the checkpoint a post-training stage starts from; `tokenizer_dir` overrides its tokenizer."
+    "(model, tokenizer, meta) of the checkpoint a post-training stage starts from (`tokenizer_dir`: another tokenizer)."
     step = None if cfg.source_step < 0 else cfg.source_step
     model, tok, meta = load_model(cfg.source_stage, cfg.source_tag or cfg.tag, step, device)
     if cfg.tokenizer_dir:
@@ -730,7 +731,7 @@ def sft_layout(
     dup = mesh.size("tp") if group is None else 1
     return SFTLayout(device, mesh, mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp"), group, dup)
 
-# %% ../nbs/12_sft.ipynb #355c8244
+# %% ../nbs/12_sft.ipynb #dd51cc0d
 def accum_steps(
     total_batch_size: int,  # tokens per optimizer step; -1: one micro-step per data rank
     per_step: int,  # tokens of one micro-step over all data ranks: B * T * dp
@@ -756,7 +757,7 @@ def sft_num_steps(
     tokens = sum(min(len(tok.render_conversation(mix[i], T + 1)[0]), T + 1) for i in range(len(mix)))
     return max(1, math.ceil(cfg.num_epochs * tokens / tokens_per_step))
 
-# %% ../nbs/12_sft.ipynb #7407665d
+# %% ../nbs/12_sft.ipynb #4e0c90ef
 def sft_data(
     cfg: SFTConfig,  # sources, weights, max_per_source, gsm8k_source, seed
 ) -> tuple[TaskMixture, TaskMixture, dict]:
@@ -767,7 +768,7 @@ def sft_data(
         raise ValueError(f"the SFT mixture {cfg.sources!r} is empty")
     return train_mix, val_mix, counts
 
-# %% ../nbs/12_sft.ipynb #3598c55e
+# %% ../nbs/12_sft.ipynb #deb72647
 def sft_val_loss(
     model,  # the model being trained (put in eval mode for this, then back)
     val_mix: TaskMixture,  # the val mixture
@@ -797,78 +798,29 @@ def plain_copy(model) -> GPT:
     plain.load_state_dict(sd)
     return plain.eval()
 
-# %% ../nbs/12_sft.ipynb #604ca058
-def sft_save(
+# %% ../nbs/12_sft.ipynb #76321ffa
+@dataclass
+class SFTSetup:
+    "What the SFT loop works with, built once by `setup_sft`."
+
+    model: GPT  # the model being fine-tuned (split over tp when tp > 1)
+    tok: Tokenizer  # its tokenizer
+    optimizer: object  # MuonAdamW at init_lr_frac of the learning rates (wrapped for tp)
+    loaders: list  # this rank's batch streams, one per micro-step
+    val_mix: TaskMixture  # the val conversations
+    eval_tasks: dict  # the chat eval's tasks ({}: none)
+    T: int  # tokens per row
+    num_steps: int  # the horizon
+    n_params: int  # parameters of the full model
+    meta: dict  # what every checkpoint records: model_config, counts, lineage, accum, n_slots, tp
+
+
+def setup_sft(
+    cfg: SFTConfig,  # the run's config
     run: Run,  # the run (10b)
-    step: int,  # optimizer steps done
-    model,  # the model (tensor-parallel or plain)
-    optimizer,  # saved too at tp == 1 (None: the model alone)
-    meta: dict,  # SFT's meta keys (`tp` among them)
-) -> None:
-    "Checkpoint `step`: model and optimizer, or under tp the gathered full weights alone (a collective either way)."
-    if meta["tp"] > 1:
-        run.save(step, model, None, meta, model_state=full_state_dict(model))
-    else:
-        run.save(step, model, optimizer, meta)
-
-
-def sft_resume(
-    run: Run,  # a resuming run (10b)
-    model,  # the model, loaded from the source checkpoint: overwritten in place
-    optimizer,  # the fresh optimizer: overwritten in place
-    tok: Tokenizer,  # must be the checkpoint's
-    loaders: list,  # this rank's batch streams: moved past the batches trained on
-    num_steps: int,  # this run's horizon
-    meta: dict,  # this run's meta keys (n_slots, accum)
-) -> tuple[int, dict | None]:
-    "(step to continue from, the saved result if the run was already complete) of the newest checkpoint."
-    step, saved = run.load_meta(num_steps, asdict(model.config), tok)
-    done = run.complete(step, num_steps)
-    if done is not None:
-        return step, done
-    check_resume(saved, meta["n_slots"], run.world, meta["accum"])
-    load_dcp_checkpoint(run.dir, model, optimizer, step)
-    run.restore(saved)  # RNG state and history
-    for it in loaders:  # each step drew one batch from each stream: draw them again (the streams are deterministic)
-        for _ in range(step):
-            next(it)
-    print0(f"resumed from {run.dir} at step {step} of {num_steps}")
-    return step, None
-
-# %% ../nbs/12_sft.ipynb #849a4a49
-def sft_finish(
-    run: Run,  # the run (10b): its dir, history and ranks
-    model,  # the trained model (tensor-parallel or plain)
-    num_steps: int,  # optimizer steps done
-    seconds: float,  # wall time of the loop
-    meta: dict,  # SFT's meta keys (counts, chat_eval, the lineage, model_config, accum, tp)
-) -> dict:
-    "Save the last checkpoint (the weights alone) and `sft_result.json`; returns the result on every rank."
-    sft_save(run, num_steps, model, None, meta)
-    val = run.history["val"]
-    result = dict(
-        num_steps=num_steps,
-        counts=meta["counts"],
-        chat_eval=meta["chat_eval"],
-        checkpoint=str(run.dir),
-        final_val_loss=val[-1]["loss"] if val else None,
-        seconds=seconds,
-        model_config=meta["model_config"],
-    )
-    summary = f"done: {num_steps} steps in {seconds:.0f} s | val loss {result['final_val_loss']} | checkpoint {run.dir}"
-    return run.finish(result, summary, plot=partial(save_curves, title="SFT"))
-
-# %% ../nbs/12_sft.ipynb #8c9dc625
-def sft(
-    cfg: SFTConfig,  # every knob of the run
-) -> dict:
-    """Fine-tune a checkpoint on the SFT mixture, on this process or every rank of a launch.
-
-    Returns {'history', 'final_val_loss', 'chat_eval', 'checkpoint', 'num_steps', 'counts', ...}. With `tp > 1` the
-    model is split by `parallelize` (06c) over tp groups of neighbouring ranks, the data over dp = world / tp."""
-    cfg.check()
-    run = Run(cfg, "sft")  # checkpoint dir, resume decision, dist_init, seeding (10b)
-    lay = sft_layout(cfg.tp, run.device)
+    lay: SFTLayout,  # where the work goes
+) -> SFTSetup:
+    "Build what the loop needs: the source model (split over tp), the mixture and its batch streams, the optimizer."
     model, tok, src_meta = load_source(cfg, run.device)
     broadcast_parameters(model, group=None)  # the full model, before tp splits it: the same on every rank
     n_params = model.num_params()
@@ -892,54 +844,157 @@ def sft(
     chat = cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0
     eval_tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]) if chat else {}
     meta = dict(model_config=asdict(model.config), counts=counts, **lineage, accum=accum, n_slots=n_slots, tp=lay.tp)
-    print0(
-        f"SFT from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: {n_params:,} params, T {T} | mixture "
-        + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in counts.items())
-        + f" (train/val) | world {run.world} (dp {lay.dp_size} x tp {lay.tp}), accum {accum}, {num_steps} steps"
+    return SFTSetup(model, tok, optimizer, loaders, val_mix, eval_tasks, T, num_steps, n_params, meta)
+
+
+def describe_sft(
+    cfg: SFTConfig,  # the run's config
+    s: SFTSetup,  # what `setup_sft` built
+    lay: SFTLayout,  # where the work goes
+    world: int,  # the world size
+) -> str:
+    "The run's one-line summary: source, model size, mixture (train/val conversations), layout, steps."
+    mixture = ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in s.meta["counts"].items())
+    return (
+        f"SFT from {cfg.source_stage}/{cfg.source_tag or cfg.tag}: {s.n_params:,} params, T {s.T} | mixture "
+        f"{mixture} (train/val) | world {world} (dp {lay.dp_size} x tp {lay.tp}), accum {s.meta['accum']}, "
+        f"{s.num_steps} steps"
     )
-    run.history["chat_eval"] = []
-    step0, done = sft_resume(run, model, optimizer, tok, loaders, num_steps, meta) if run.resuming else (0, None)
-    if done is not None:
-        return done  # already complete
-    run.start(num_steps, step0)
-    t_start, rows, smooth = time.time(), [], None
-    for step in range(step0, num_steps + 1):
-        if len(val_mix) and run.due(step, cfg.eval_every, num_steps):
-            vl, vn = sft_val_loss(model, val_mix, tok, cfg, lay, T)
-            run.history["val"].append(dict(step=step, loss=vl, tokens=vn))
-            run.write(f"step {step:5d} | val loss {vl:.4f} ({vn} tokens)")
-        if eval_tasks and run.due(step, cfg.chat_eval_every, num_steps):
-            rows = chat_eval(model if lay.tp == 1 else plain_copy(model), tok, eval_tasks, cfg.chat_eval_items)
-            run.history["chat_eval"].append(dict(step=step, rows=rows))
-            run.write(f"step {step:5d} | chat eval " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
-        if step == num_steps:
-            break
+
+# %% ../nbs/12_sft.ipynb #cc898868
+def sft_schedule(
+    cfg: SFTConfig,  # warmdown_ratio
+    optimizer,  # the run's optimizer
+    step: int,  # the step about to run
+    num_steps: int,  # the horizon
+) -> float:
+    "Set the learning rates and Muon momentum of `step` in every param group; returns the lr multiplier."
+    lrm = lr_multiplier(step, num_steps, 0, cfg.warmdown_ratio, 0.0)
+    apply_lr(optimizer, lrm)
+    apply_muon_momentum(optimizer, muon_momentum(step))
+    return lrm
+
+
+def sft_evaluate(
+    run: Run,  # the run (10b): its cadences and history
+    cfg: SFTConfig,  # eval_every, chat_eval_every, chat_eval_items
+    s: SFTSetup,  # what `setup_sft` built
+    lay: SFTLayout,  # where the work goes
+    step: int,  # optimizer steps done
+) -> None:
+    "The evals due at `step`: the val loss and the chat eval, into the history and a log line each."
+    if len(s.val_mix) and run.due(step, cfg.eval_every, s.num_steps):
+        vl, vn = sft_val_loss(s.model, s.val_mix, s.tok, cfg, lay, s.T)
+        run.history["val"].append(dict(step=step, loss=vl, tokens=vn))
+        run.write(f"step {step:5d} | val loss {vl:.4f} ({vn} tokens)")
+    if s.eval_tasks and run.due(step, cfg.chat_eval_every, s.num_steps):
+        rows = chat_eval(s.model if lay.tp == 1 else plain_copy(s.model), s.tok, s.eval_tasks, cfg.chat_eval_items)
+        run.history["chat_eval"].append(dict(step=step, rows=rows))
+        run.write(f"step {step:5d} | chat eval " + ", ".join(f"{r['task']} {r['accuracy']:.3f}" for r in rows))
+
+# %% ../nbs/12_sft.ipynb #510df1b2
+def sft_save(
+    run: Run,  # the run (10b)
+    step: int,  # optimizer steps done
+    s: SFTSetup,  # the model and the meta
+    optimizer=None,  # saved too when given (and tp == 1): what a resumed run needs
+) -> None:
+    "Checkpoint `step`: model (and optimizer), or under tp the gathered full weights alone; a collective."
+    if s.meta["tp"] > 1:
+        run.save(step, s.model, None, s.meta, model_state=full_state_dict(s.model))
+    else:
+        run.save(step, s.model, optimizer, s.meta)
+
+
+def sft_resume(
+    run: Run,  # a resuming run (10b)
+    s: SFTSetup,  # model, optimizer and batch streams: overwritten in place
+) -> int:
+    "Load the newest checkpoint into `s` (weights, optimizer, RNG, history, stream positions); returns its step."
+    step, saved = run.load_meta(s.num_steps, s.meta["model_config"], s.tok)
+    check_resume(saved, s.meta["n_slots"], run.world, s.meta["accum"])
+    load_dcp_checkpoint(run.dir, s.model, s.optimizer if step < s.num_steps else None, step)  # the last: weights only
+    run.restore(saved)  # RNG state and history
+    for it in s.loaders:  # each step drew one batch from each stream: draw them again (the streams are deterministic)
+        for _ in range(step):
+            next(it)
+    print0(f"resumed from {run.dir} at step {step} of {s.num_steps}")
+    return step
+
+# %% ../nbs/12_sft.ipynb #05059e12
+def sft_finish(
+    run: Run,  # the run (10b): its dir, history and ranks
+    s: SFTSetup,  # the model and the meta
+    seconds: float,  # wall time of the loop
+) -> dict:
+    "Save the last checkpoint (the weights alone) and `sft_result.json`; returns the result on every rank."
+    chats, val = run.history.get("chat_eval", []), run.history["val"]
+    rows = chats[-1]["rows"] if chats else []  # the chat eval at the end
+    s.meta["chat_eval"] = rows
+    sft_save(run, s.num_steps, s)
+    result = dict(
+        num_steps=s.num_steps,
+        counts=s.meta["counts"],
+        chat_eval=rows,
+        checkpoint=str(run.dir),
+        final_val_loss=val[-1]["loss"] if val else None,
+        seconds=seconds,
+        model_config=s.meta["model_config"],
+    )
+    summary = f"done: {s.num_steps} steps in {seconds:.0f} s | val loss {result['final_val_loss']} | "
+    summary += f"checkpoint {run.dir}"
+    return run.finish(result, summary, plot=partial(save_curves, title="SFT"))
+
+# %% ../nbs/12_sft.ipynb #02d08848
+def sft(
+    cfg: SFTConfig,  # every knob of the run
+) -> dict:
+    "Fine-tune a checkpoint on the SFT mixture, on this process or every rank of a launch; the result of `sft_finish`."
+    cfg.check()
+    run = Run(cfg, "sft")  # checkpoint dir, resume decision, dist_init, seeding (10b)
+    run.history["chat_eval"] = []  # SFT's third record: the chat eval's rows, by step
+    lay = sft_layout(cfg.tp, run.device)  # data over dp, the model over tp
+    s = setup_sft(cfg, run, lay)
+    start = sft_resume(run, s) if run.resuming else 0
+    if (done := run.complete(start, s.num_steps)) is not None:  # resumed after its last step: nothing to train
+        return done
+    print0(describe_sft(cfg, s, lay, run.world))
+    run.start(s.num_steps, start)
+    t_start, smooth = time.time(), None
+    if start == 0:
+        sft_evaluate(run, cfg, s, lay, 0)
+    sft_schedule(cfg, s.optimizer, start, s.num_steps)  # the first step's learning rate and momentum
+    for step in range(start, s.num_steps):
         t0 = time.perf_counter()
         # 1. forward + backward of this rank's micro-batches, normalised by the step's global trained-token count
-        loss, n_tok = sft_backward(model, [next(it) for it in loaders], lay.group)
-        n_tok //= lay.dup
+        loss, n_tok = sft_backward(s.model, [next(it) for it in s.loaders], lay.group)
         # 2. gradient average over the data ranks (never over tp: its shards differ)
         if lay.dp_size > 1:
-            allreduce_gradients(model.parameters(), lay.group)
-        # 3. this step's schedule, 4. the optimizer step
-        lrm = lr_multiplier(step, num_steps, 0, cfg.warmdown_ratio, 0.0)
-        apply_lr(optimizer, lrm)
-        apply_muon_momentum(optimizer, muon_momentum(step))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            allreduce_gradients(s.model.parameters(), lay.group)
+        s.optimizer.step()  # 3. optimizer step
+        s.optimizer.zero_grad(set_to_none=True)
         dt = time.perf_counter() - t0
-        # 5. log, and checkpoint (or stop) when the cadence says so
+        done = step + 1
+        lrm = lr_multiplier(step, s.num_steps, 0, cfg.warmdown_ratio, 0.0)  # the step's, for the log
+        if done < s.num_steps:  # 4. schedule: the next step's learning rate and momentum
+            sft_schedule(cfg, s.optimizer, done, s.num_steps)
+        # 5. log, eval, save
+        n_tok //= lay.dup
         smooth = loss if smooth is None else 0.9 * smooth + 0.1 * loss
-        line = f"step {step:5d}/{num_steps} | loss {loss:.4f} | {n_tok} trained tokens | lrm {lrm:.3f} | "
+        line = f"step {step:5d}/{s.num_steps} | loss {loss:.4f} | {n_tok} trained tokens | lrm {lrm:.3f} | "
         record = dict(loss=loss, tokens=n_tok, lr_mult=lrm, dt=dt)
-        run.log(step, num_steps, record, line + f"{dt * 1000:.0f} ms", loss=f"{smooth:.3f}", trained_tok=n_tok)
-        if run.save_due(step + 1, num_steps) or run.stop_due(step + 1, num_steps):
-            sft_save(run, step + 1, model, optimizer, meta)
-        if run.stop_due(step + 1, num_steps):
-            return run.stopped(step + 1)
-    return sft_finish(run, model, num_steps, time.time() - t_start, dict(meta, chat_eval=rows))
+        run.log(step, s.num_steps, record, line + f"{dt * 1000:.0f} ms", loss=f"{smooth:.3f}", trained_tok=n_tok)
+        if done < s.num_steps:
+            sft_evaluate(run, cfg, s, lay, done)
+            if run.stop_due(done, s.num_steps):
+                sft_save(run, done, s, s.optimizer)
+                return run.stopped(done)
+            if run.save_due(done, s.num_steps):
+                sft_save(run, done, s, s.optimizer)
+    sft_evaluate(run, cfg, s, lay, s.num_steps)
+    return sft_finish(run, s, time.time() - t_start)
 
-# %% ../nbs/12_sft.ipynb #3eb2e353
+# %% ../nbs/12_sft.ipynb #a0949bdb
 main = cli_from_dataclass(
     SFTConfig,
     sft,

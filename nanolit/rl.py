@@ -38,7 +38,7 @@ __all__ = ['MAX_REWARD', 'main', 'CHAT_EVAL_NOTE', 'report_main', 'group_advanta
            'rl_batches', 'RLSetup', 'setup_rl', 'rl_evaluate', 'rl_resume', 'rl_finish', 'rl', 'md_table', 'last_meta',
            'copy_plot', 'base_section', 'sft_section', 'rl_section', 'write_report', 'ReportConfig', 'report']
 
-# %% ../nbs/13_rl.ipynb #31fd80c9
+# %% ../nbs/13_rl.ipynb #4242223b
 MAX_REWARD = 1e30  # |reward| above this is invalid (its float32 advantage would overflow)
 
 
@@ -63,7 +63,7 @@ def group_advantages(
     same = lo == hi  # all valid rewards equal: exactly 0, not the mean's rounding
     return torch.where(valid & ~same, r - mean, 0.0).float()
 
-
+# %% ../nbs/13_rl.ipynb #ab8b5d77
 _REWARD_ERRORS: set[str] = set()  # messages already printed by `reward` in this process
 
 
@@ -241,7 +241,7 @@ def heldout_pass_at_k(
     engine.model.train(was)
     return {"pass@1": r["accuracy"], f"pass@{k}": r[f"pass@{k}"]}
 
-# %% ../nbs/13_rl.ipynb #76b7dea1
+# %% ../nbs/13_rl.ipynb #67050af4
 def rollouts(
     engine: Engine,  # samples with the current policy
     tok: Tokenizer,  # renders the problems, decodes the answers
@@ -268,7 +268,7 @@ def rollouts(
     model.train()
     return prompts, samples, rewards
 
-
+# %% ../nbs/13_rl.ipynb #5bce3553
 def reward_stats(
     rewards: list[list[float]],  # this rank's groups; NaN = invalid
     adv: list[float],  # their advantages, flattened
@@ -493,7 +493,7 @@ def copy_plot(
     shutil.copy(d / name, out / f"{tag}_{d.parent.name}_{name}")
     return [f"![{title}]({tag}_{d.parent.name}_{name})", ""]
 
-# %% ../nbs/13_rl.ipynb #dc48c528
+# %% ../nbs/13_rl.ipynb #f29b0958
 def base_section(
     meta: dict | None,  # the base checkpoint's meta (None: not found)
     d: Path,  # its dir
@@ -503,8 +503,10 @@ def base_section(
     if meta is None:
         return [f"not found in {d}", ""]
     r = json.loads((d / "train_result.json").read_text()) if (d / "train_result.json").exists() else {}
-    size = f"- {r.get('n_params', '?'):,} parameters, {r.get('num_steps', '?')} steps of "
-    size += f"{r.get('tokens_per_step', '?')} tokens"
+    size = ""
+    if r:
+        size = f"- {r.get('n_params', '?'):,} parameters, {r.get('num_steps', '?')} steps of "
+        size += f"{r.get('tokens_per_step', '?')} tokens"
     bpb = ""
     if "final_val_bpb" in r:
         bpb = f"- final val bits per byte **{r['final_val_bpb']:.4f}**"
@@ -515,9 +517,9 @@ def base_section(
             bpb += f" (unigram baselines on the same val split: bytes {r['unigram_byte_bpb']:.4f}, tokens "
             bpb += f"{r['unigram_token_bpb']:.4f})"
         bpb += f"; {r['tok_per_s']:,.0f} tok/s" if r.get("tok_per_s") else ""
-    return [size if r else "", bpb, ""] + plot + ["config: `" + json.dumps(meta.get("config", {})) + "`", ""]
+    return [size, bpb, ""] + plot + ["config: `" + json.dumps(meta.get("config", {})) + "`", ""]
 
-
+# %% ../nbs/13_rl.ipynb #dad9d5a2
 def sft_section(
     meta: dict | None,  # the SFT checkpoint's meta (None: not found)
     d: Path,  # its dir

@@ -97,7 +97,7 @@ def chitchat_conversations(data: dict, max_turns: int = 8) -> list[dict]:
             )
     return out
 
-# %% ../nbs/12_sft.ipynb #f9fd760b
+# %% ../nbs/12_sft.ipynb #d5b69b36
 def _unquote(s: str) -> str:
     if s[:1] == "'" and s[-1:] == "'" and len(s) > 1:
         return s[1:-1].replace("''", "'")
@@ -128,7 +128,7 @@ def _closed(lines: list[str], q: str) -> bool:
         return False
     return (len(s) - len(s.rstrip("'"))) % 2 == 1 if q == "'" else not s.endswith('\\"')
 
-
+# %% ../nbs/12_sft.ipynb #c0f9418c
 def parse_chatterbot_yaml(text: str) -> list[list[str]]:
     """The `conversations:` list of a chatterbot-corpus YAML file as lists of strings (the subset of YAML those files
     use: nested `- ` items, plain / quoted / multi-line scalars, `|` literal blocks)."""
@@ -170,7 +170,7 @@ def parse_chatterbot_yaml(text: str) -> list[list[str]]:
         convs[-1].append(_unquote(_fold([head] + cont).strip()))
     return convs
 
-
+# %% ../nbs/12_sft.ipynb #43778426
 def chatterbot_conversations(dialogs: list[list[str]]) -> list[dict]:
     "Chatterbot dialogs (statement chains) as user/assistant conversations; odd last statements, short dialogs dropped."
     out = []
@@ -201,7 +201,7 @@ def load_chatterbot() -> list[dict]:
         names = sorted(n for n in z.namelist() if "/data/english/" in n and n.endswith(".yml"))
         return [c for n in names for c in chatterbot_conversations(parse_chatterbot_yaml(z.read(n).decode("utf-8")))]
 
-# %% ../nbs/12_sft.ipynb #fc1dbcbf
+# %% ../nbs/12_sft.ipynb #920942e5
 IDENTITY_FACTS = {
     "name": (
         [
@@ -250,7 +250,7 @@ IDENTITY_FACTS = {
 }
 _GREETINGS = ["", "Hi! ", "Hello. ", "Hey, ", "Quick question: "]
 
-
+# %% ../nbs/12_sft.ipynb #3a666f57
 def identity_conversations(n: int = 200, seed: int = 0) -> list[dict]:
     """`n` conversations about nanolit's identity, drawn with `random.Random(seed)` from `IDENTITY_FACTS`; every
     question of every fact appears at least once (the first ones in order), so "What is your name?" is always there."""
@@ -311,7 +311,7 @@ def gsm8k_pool(
         os.replace(tmp, d / "gsm8k_split.json")
     return pool, held
 
-# %% ../nbs/12_sft.ipynb #c969071b
+# %% ../nbs/12_sft.ipynb #4d6c68e0
 class Conversations(Task):
     "A task over ready conversations {'messages': [...]} (items are the conversations themselves); for training only."
 
@@ -329,7 +329,7 @@ def source_names(sources: str | list[str]) -> list[str]:
     names = sources.split(",") if isinstance(sources, str) else list(sources)
     return [s.strip() for s in names if s.strip()]
 
-
+# %% ../nbs/12_sft.ipynb #20c24992
 def sft_mixture(
     sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee",
     weights: list[float] | None = None,
@@ -384,7 +384,7 @@ def sft_mixture(
         raise ValueError(f"{len(w)} weights for {len(train)} sources")
     return TaskMixture(train, w, seed=seed), TaskMixture(val or [Conversations([])], seed=seed), counts
 
-
+# %% ../nbs/12_sft.ipynb #011a3b1a
 SOURCE_EVAL_TASK = {
     "mmlu": "mmlu",
     "gsm8k": "gsm8k",
@@ -408,7 +408,7 @@ def trained_keys(mixture: TaskMixture, names: str | list[str]) -> dict[str, list
             out.setdefault(SOURCE_EVAL_TASK[name], set()).update(task.item_key(task.items[j]) for j in used.get(t, ()))
     return {k: sorted(v) for k, v in out.items()}
 
-# %% ../nbs/12_sft.ipynb #60fd181a
+# %% ../nbs/12_sft.ipynb #504bf2e2
 def best_fit_rows(
     seqs: Iterable[tuple[list[int], list[int]]], row_len: int, buffer_size: int = 64, crop: bool = True
 ) -> Iterator[tuple[list[int], list[int]]]:
@@ -451,7 +451,7 @@ def best_fit_rows(
             refill()
         yield row_ids, row_mask
 
-
+# %% ../nbs/12_sft.ipynb #bbf673fa
 def rows_to_batch(
     rows: list[tuple[list[int], list[int]]], T: int, pad_id: int = 0, device=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -539,7 +539,7 @@ def masked_loss(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], gro
         s = s.cpu()
     return (s[0] / s[1]).item() if s[1] > 0 else float("nan"), int(s[1])
 
-# %% ../nbs/12_sft.ipynb #1cc77199
+# %% ../nbs/12_sft.ipynb #02ac1ae8
 class IdentityCheck(Task):
     "The identity questions of `IDENTITY_FACTS['name']`; a reply is right if it contains 'nanolit'. Generative."
 
@@ -554,7 +554,7 @@ class IdentityCheck(Task):
         "True iff `completion` (str) contains 'nanolit', case-insensitively."
         return "nanolit" in completion.lower()
 
-
+# %% ../nbs/12_sft.ipynb #8070129b
 def chat_eval_tasks(
     names: str = "identity,mmlu,gsm8k,spellingbee", gsm8k_source: str = "offline", exclude: dict | None = None
 ) -> dict:
@@ -579,7 +579,7 @@ def chat_eval_tasks(
         out[n].exclude((exclude or {}).get(n, ()))
     return out
 
-
+# %% ../nbs/12_sft.ipynb #62a959bb
 def chat_eval(model, tokenizer, tasks: dict, max_items: int = 20, max_new_tokens: int = 128) -> list[dict]:
     """Rows {task, type, n_scored, n_excluded, accuracy, failures} of greedy accuracy on at most `max_items` items of
     each task (rank-split when distributed); `n_excluded`: items the task dropped (`Task.exclude`), `failures`:

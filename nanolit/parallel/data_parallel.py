@@ -1,4 +1,4 @@
-"""Many replicas of one model, each on its own slice of the batch, kept identical by averaging gradients: a ladder from a naive all-reduce through bucketed overlap and PyTorch DDP to a ZeRO-1 sharded MuonAdamW and FSDP2.
+"""Replicas kept identical by averaging gradients: naive all-reduce, bucketed overlap, DDP, a ZeRO-1 MuonAdamW, FSDP2.
 
 Docs: https://nanolit.github.io/nanolit/data_parallel.html.md"""
 
@@ -6,17 +6,20 @@ Docs: https://nanolit.github.io/nanolit/data_parallel.html.md"""
 
 # %% ../../nbs/06b_data_parallel.ipynb #a1de4d6c
 from __future__ import annotations
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
+from fastcore.basics import patch
 from torch import Tensor, nn
 
 from ..optim import MuonAdamW, adamw_update_, muon_step_
+from .mesh import Layout, Mesh
 
 # %% auto #0
-__all__ = ['group_size', 'allreduce_gradients', 'broadcast_parameters', 'replicas_max_diff', 'GradBucketer', 'wrap_ddp',
-           'shard_layout', 'ZeroMuonAdamW', 'shard_optimizer', 'apply_fsdp', 'clip_grad_norm_']
+__all__ = ['DP_MODES', 'group_size', 'allreduce_gradients', 'broadcast_parameters', 'replicas_max_diff', 'GradBucketer',
+           'wrap_ddp', 'shard_layout', 'all_gather_into', 'ZeroMuonAdamW', 'shard_optimizer', 'apply_fsdp',
+           'clip_grad_norm_', 'zero_missing_grads', 'DataParallel']
 
 # %% ../../nbs/06b_data_parallel.ipynb #b568ae6b
 def group_size(group=None) -> int:
@@ -27,7 +30,8 @@ def group_size(group=None) -> int:
 
 
 def _local(t: Tensor) -> Tensor:
-    "This rank's tensor behind `t`: a DTensor's local shard (aliasing its storage, so in-place collectives update it), else `t`."
+    """This rank's tensor behind `t`: a DTensor's local shard (aliasing its storage, so in-place collectives update it),
+    else `t`."""
     from torch.distributed.tensor import DTensor
 
     return t.to_local() if isinstance(t, DTensor) else t
@@ -35,8 +39,8 @@ def _local(t: Tensor) -> Tensor:
 
 def allreduce_gradients(params, group=None) -> None:
     """Average `p.grad` over the ranks of `group` in place, one `all_reduce` per parameter (the naive rung).
-    Parameters without a gradient are skipped (they must be skipped on every rank). A DTensor gradient (a tensor-parallel
-    shard, replicated over `group`) has its local shard averaged. No-op on one rank."""
+    Parameters without a gradient are skipped (they must be skipped on every rank). A DTensor gradient (a
+    tensor-parallel shard, replicated over `group`) has its local shard averaged. No-op on one rank."""
     world = group_size(group)
     if world == 1:
         return
@@ -50,7 +54,8 @@ def allreduce_gradients(params, group=None) -> None:
 
 def broadcast_parameters(module: nn.Module, src: int = 0, group=None) -> None:
     """Copy rank `src`'s parameters and buffers to every rank of `group` in place (one `broadcast` each), so all
-    replicas start identical (DTensors: their local shards). `src` is a global rank. No-op on one rank; every rank must call it (a collective)."""
+    replicas start identical (DTensors: their local shards). `src` is a global rank. No-op on one rank; every rank
+    must call it (a collective)."""
     if group_size(group) == 1:
         return
     with torch.no_grad():
@@ -150,7 +155,8 @@ class GradBucketer:
 
     @torch.no_grad()
     def finish(self) -> None:
-        "Wait for every bucket and write the averaged gradients into `p.grad`. Call once after the last (synced) backward."
+        """Wait for every bucket and write the averaged gradients into `p.grad`. Call once after the last (synced)
+        backward."""
         if self.world == 1 or not self._seen:
             self._reset()
             return
@@ -223,8 +229,16 @@ def _reduce_scatter(out: Tensor, inp: Tensor, group) -> None:
     )
 
 
-def _all_gather(out: Tensor, inp: Tensor, group) -> None:
+def all_gather_into(
+    out: Tensor,  # (W * n,) receives every rank's `inp` in rank order
+    inp: Tensor,  # (n,) this rank's piece
+    group,  # the process group
+) -> None:
+    "All-gather equal pieces into one flat tensor (torch's single-tensor form, whichever name this torch has)."
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp, group=group)
+
+
+_all_gather = all_gather_into  # the old private name (07 imports it until it switches to `all_gather_into`)
 
 
 class ZeroMuonAdamW:
@@ -264,7 +278,8 @@ class ZeroMuonAdamW:
         self.comm_bytes, self._grad_shards = 0, None
 
     def _span(self, gi):
-        "(offset, param) pairs of group `gi` overlapping this rank's shard, with the overlap [a, b) in buffer coordinates."
+        """(offset, param) pairs of group `gi` overlapping this rank's shard, with the overlap [a, b) in buffer
+        coordinates."""
         lo = self.rank * self.layouts[gi]["shard"]
         hi = lo + self.layouts[gi]["shard"]
         for p, off in zip(self.param_groups[gi]["params"], self.layouts[gi]["offsets"]):
@@ -274,8 +289,9 @@ class ZeroMuonAdamW:
 
     @torch.no_grad()
     def reduce_gradients(self) -> None:
-        """Reduce-scatter the local `p.grad`s of every group (flattened in `shard_layout` order, None counting as zeros):
-        afterwards this rank holds the average over ranks of its (shard,) slice. Called by `step` if not called before."""
+        """Reduce-scatter the local `p.grad`s of every group (flattened in `shard_layout` order, None counting as
+        zeros): afterwards this rank holds the average over ranks of its (shard,) slice. Called by `step` if not
+        called before."""
         self._grad_shards = []
         for g, L in zip(self.param_groups, self.layouts):
             p0, W, S = g["params"][0], self.world, L["shard"]
@@ -366,7 +382,8 @@ class ZeroMuonAdamW:
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        "Clear `p.grad` of every parameter (set to None, or zero it in place with `set_to_none=False`), as torch optimizers do."
+        """Clear `p.grad` of every parameter (set to None, or zero it in place with `set_to_none=False`), as torch
+        optimizers do."""
         for g in self.param_groups:
             for p in g["params"]:
                 if p.grad is None:
@@ -464,11 +481,12 @@ def apply_fsdp(model: nn.Module, mesh=None, units=None, reshard_after_forward: b
     return model
 
 # %% ../../nbs/06b_data_parallel.ipynb #1c7b0e9b
-def _shard_groups(p: Tensor, g: Tensor, group, sharded: bool) -> tuple:
+def _shard_groups(p: Tensor, g: Tensor, group, sharded: bool, shard_groups=None) -> tuple:
     """The process groups over which the gradient `g` of `p` is split into disjoint pieces: its squares are summed over
     them. A DTensor says so itself: the mesh dims where it is `Shard` (a `Replicate` dim holds copies, counted once);
     a plain tensor tagged `_tp_group` (06c's hand-built tensor-parallel shards) is a piece over that group; any other
-    plain tensor is a replica, or with `sharded` a piece over `group`. () means this rank holds the whole gradient."""
+    plain tensor is a replica, or with `sharded` a piece over `group`; a layout's `shard_groups(p)` (06a), when
+    given, says it instead of the tag. () means this rank holds the whole gradient."""
     from torch.distributed.tensor import DTensor
 
     if isinstance(g, DTensor):
@@ -481,13 +499,16 @@ def _shard_groups(p: Tensor, g: Tensor, group, sharded: bool) -> tuple:
             for i, pl in enumerate(g.placements)
             if pl.is_shard() and g.device_mesh.size(i) > 1
         )
-    tp = getattr(p, "_tp_group", None) if getattr(p, "_tp_dim", None) is not None else None
-    out = (tp,) if tp is not None and group_size(tp) > 1 else ()
+    if shard_groups is not None:
+        out = tuple(x for x in shard_groups(p) if x is not None)
+    else:
+        tp = getattr(p, "_tp_group", None) if getattr(p, "_tp_dim", None) is not None else None
+        out = (tp,) if tp is not None and group_size(tp) > 1 else ()
     return out + ((group,) if sharded and group_size(group) > 1 else ())
 
 
 @torch.no_grad()
-def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = False) -> Tensor:
+def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = False, shard_groups=None) -> Tensor:
     """Clip gradients in place to global L2 norm `max_norm` (torch.nn.utils.clip_grad_norm_'s rule: multiply by
     min(1, max_norm / (norm + 1e-6))); returns the global norm before clipping as a 0-D tensor (fp64 if any gradient
     is, else fp32), the same on every rank.
@@ -497,8 +518,9 @@ def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = Fals
     DTensor tensor parallel, both) is summed over the mesh dims where it is sharded and not over those where it is
     replicated; a hand-tagged tensor-parallel shard (`_tp_group`) over its group; a plain tensor is a replica, or
     with `sharded=True` a disjoint piece held by each rank of `group`. Every rank must pass the same list of
-    parameters (one all-reduce per distinct set of groups). ValueError if `max_norm <= 0` or a gradient is a
-    Partial DTensor."""
+    parameters (one all-reduce per distinct set of groups). `shard_groups`: a layout's (06a `MeshLayout`), which
+    names each plain tensor's groups instead of its tag. ValueError if `max_norm <= 0` or a gradient is a Partial
+    DTensor."""
     if not max_norm > 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
     if isinstance(params, ZeroMuonAdamW):
@@ -510,12 +532,12 @@ def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = Fals
     acc = torch.float64 if any(g.dtype == torch.float64 for g in local) else torch.float32
     dev = local[0].device if local else "cpu"
     parts = {}  # groups to sum over -> (groups, this rank's sum of squares)
-    for (p, g), l in zip(pairs, local):
-        gs = _shard_groups(p, g, group, sharded)
+    for (p, g), loc in zip(pairs, local):
+        gs = _shard_groups(p, g, group, sharded, shard_groups)
         key = tuple(id(x) for x in gs)
         if key not in parts:
             parts[key] = (gs, torch.zeros((), dtype=acc, device=dev))
-        parts[key][1].add_(l.detach().to(acc).pow(2).sum())
+        parts[key][1].add_(loc.detach().to(acc).pow(2).sum())
     total = torch.zeros((), dtype=acc, device=dev)
     for gs, sq in parts.values():
         for x in gs:
@@ -523,6 +545,102 @@ def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = Fals
         total += sq
     total = total.sqrt()
     coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for l in local:
-        l.mul_(coef.to(l.dtype))
+    for loc in local:
+        loc.mul_(coef.to(loc.dtype))
     return total
+
+# %% ../../nbs/06b_data_parallel.ipynb #f9b10257
+DP_MODES = ("naive", "ddp", "zero1", "fsdp2")  # the rungs above
+
+
+def zero_missing_grads(params) -> None:
+    "Give every parameter of `params` without a gradient a zero one (every rank must join every all-reduce)."
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
+class DataParallel(Layout):
+    "The data-parallel layout (06a's `Layout`): one rung of this notebook's ladder over the mesh's dp group."
+
+    dim = "dp"
+
+    def __init__(
+        self,
+        mesh: Mesh,  # this rank's mesh
+        mode: str = "naive",  # the rung: naive | ddp | zero1 | fsdp2 (`DP_MODES`)
+    ):
+        super().__init__(mesh)
+        if mode not in DP_MODES:
+            raise ValueError(f"dp_mode must be one of {DP_MODES}, got {mode!r}")
+        self.zero = mode == "zero1"  # ZeRO-1 shards the optimizer at any size (one process: the identity shard)
+        self.mode = mode if self.size > 1 else "naive"  # on one process every other rung is the plain model
+        self.collective_forward = self.mode == "fsdp2"
+
+    def __repr__(self):
+        return f"DataParallel(dp {self.size}, {'zero1' if self.zero else self.mode})"
+
+# %% ../../nbs/06b_data_parallel.ipynb #0de9ba7f
+@patch
+def prepare(self: DataParallel, model) -> None:
+    "Broadcast the group's first rank's weights to every replica; FSDP2-shard them under `fsdp2`."
+    if self.size > 1:
+        broadcast_parameters(model, src=self.mesh.members("dp")[0], group=self.group)  # src: a global rank
+    if self.mode == "fsdp2":
+        apply_fsdp(model, self.mesh.device_mesh["dp"])
+
+
+@patch
+def wrap(self: DataParallel, model):
+    "The DDP wrapper under `ddp`, else `model`."
+    return wrap_ddp(model, self.group) if self.mode == "ddp" else model
+
+
+@patch
+def optimizer(self: DataParallel, opt):
+    "The ZeRO-1 sharded optimizer under `zero1`, else `opt`."
+    return shard_optimizer(opt, self.group) if self.zero else opt
+
+
+@patch
+def no_sync(self: DataParallel, model, last: bool):
+    "Context for a micro-step's backward: gradients stay local unless `last` (DDP's `no_sync`, FSDP2's flag)."
+    if self.mode == "ddp" and not last:
+        return model.no_sync()
+    if self.mode == "fsdp2":
+        model.set_requires_gradient_sync(last)  # before the backward, as FSDP2 wants
+    return nullcontext()
+
+
+@patch
+def forward_backward(self: DataParallel, model, x, y, accum: int, last: bool, extra=None):
+    "The plain micro-step (`Layout.forward_backward`), its gradients kept local unless `last`."
+    with self.no_sync(model, last):
+        return Layout.forward_backward(self, model, x, y, accum, last, extra)
+
+
+@patch
+def sync(self: DataParallel, params) -> None:
+    "Average the gradients over the group under `naive` (the other rungs sync in backward or in the step)."
+    if self.mode == "naive" and self.size > 1:
+        allreduce_gradients(params, self.group)
+
+
+@patch
+def reduce_loss(self: DataParallel, loss) -> None:
+    "The mean of the step's loss over the group, in place."
+    if self.size > 1:
+        dist.all_reduce(loss, group=self.group)
+        loss /= self.size
+
+
+@patch
+def clip_target(self: DataParallel, params, optimizer):
+    "What `clip_grad_norm_` clips under `zero1`: the optimizer's reduced shards (None otherwise: the parameters)."
+    return optimizer if self.zero else None
+
+
+@patch
+def replica_diff(self: DataParallel, held) -> float:
+    "`replicas_max_diff` of `held` over the group (0.0 on one rank and under FSDP2, which holds no replicas)."
+    return replicas_max_diff(held, self.group) if self.mode != "fsdp2" and self.size > 1 else 0.0

@@ -1,4 +1,4 @@
-"""One named grid of ranks (pp × dp × ep × cp × tp) from which every process group comes, and a fast forked harness to run code on N ranks.
+"""One named grid of ranks (pp × dp × ep × cp × tp) for every process group, the layout protocol, a forked N-rank harness.
 
 Docs: https://nanolit.github.io/nanolit/mesh.html.md"""
 
@@ -11,19 +11,20 @@ import sys
 import time
 import tempfile
 import traceback
-import itertools
 import multiprocessing as mp
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from fastcore.basics import patch
 
-from ..core import autodetect_device_type, backend_for, get_rank, get_world_size
+from ..core import autodetect_device_type, get_rank, get_world_size
 
 # %% auto #0
-__all__ = ['MESH_DIMS', 'mesh_sizes', 'rank_grid', 'rank_coords', 'group_members', 'Mesh', 'init_mesh', 'run_distributed']
+__all__ = ['MESH_DIMS', 'mesh_sizes', 'rank_grid', 'rank_coords', 'group_members', 'Mesh', 'init_mesh', 'run_distributed',
+           'Layout', 'MeshLayout']
 
 # %% ../../nbs/06a_mesh.ipynb #3339cf47
 MESH_DIMS = ("pp", "dp", "ep", "cp", "tp")  # outermost -> innermost
@@ -190,3 +191,204 @@ def run_distributed(fn, world_size: int, *args, timeout: float = 120, backend: s
             if p.exitcode != 0:
                 raise RuntimeError(f"rank {r} exited with code {p.exitcode} and no traceback")
         return [torch.load(Path(tmp) / f"result_{r}.pt", weights_only=False) for r in range(world_size)]
+
+# %% ../../nbs/06a_mesh.ipynb #bfb15002
+class Layout:
+    "One mesh dimension's part in a training step; each default is what a dimension of size 1 does (nothing)."
+
+    dim = None  # the mesh dim this layout splits ("dp", "tp", ...)
+    collective_forward = False  # whether every forward is a collective (all ranks must sample together)
+
+    def __init__(
+        self,
+        mesh: Mesh,  # this rank's mesh
+    ):
+        self.mesh = mesh
+        self.size, self.rank = (mesh.size(self.dim), mesh.local_rank(self.dim)) if self.dim else (1, 0)
+        self.group = mesh.group(self.dim) if self.dim else None
+
+    def prepare(self, model):
+        "Split `model` in place for this dimension (before the optimizer is built)."
+
+    def wrap(self, model):
+        "The module to run the step with (a wrapper of `model`, or `model`)."
+        return model
+
+    def param_groups(self, model):
+        "This rank's parameters by optimizer treatment, or None for `model.param_groups()`."
+
+    def parameters(self, model):
+        "This rank's trained parameters, or None for `model.parameters()`."
+
+    def optimizer(self, opt):
+        "The optimizer to step (a wrapper of `opt`, or `opt`)."
+        return opt
+
+    def forward_backward(
+        self,
+        model,  # the module to run (`wrap`'s)
+        x,  # (B, T) input ids
+        y,  # (B, T) targets
+        accum: int,  # micro-steps per optimizer step: the gradient of loss / accum accumulates
+        last: bool,  # the last micro-step of the step (gradients may be synced during its backward)
+        extra=None,  # `extra()`: a loss term added before backward (MoE's load balancing)
+    ):
+        "One micro-step, the plain one: the loss of (x, y), detached; the gradient of its / accum accumulated."
+        loss = model(x, y)
+        total = loss + extra() if extra is not None else loss
+        (total / accum).backward()
+        return loss.detach()
+
+    def sync(self, params) -> None:
+        "Turn the local gradients of `params` into this dimension's share of the global gradient, in place."
+
+    def shard_groups(self, p) -> tuple:
+        "Process groups over which the gradient of `p` is split into disjoint pieces (() : held whole)."
+        return ()
+
+    def reduce_loss(self, loss) -> None:
+        "Reduce this rank's step loss (0-D tensor) in place over this dimension."
+
+    def full_state(self, model, optimizer) -> dict | None:
+        "Unsharded model and optimizer state to checkpoint (`save_dcp_checkpoint` kwargs), or None if not split."
+
+    def load_full_state(self, model, optimizer, model_sd: dict, optim_sd: dict) -> bool:
+        "Load this rank's part of a full state; False if this dimension does not split the model."
+        return False
+
+    def gather_model(self, model) -> None:
+        "Before an eval on the full model: make every rank's `model` hold the current weights."
+
+    def held(self, model):
+        "The modules this rank trains (None: `model`)."
+
+    def replica_diff(self, held) -> float:
+        "Largest difference between this rank's weights and their replicas over this dimension (0.0: none)."
+        return 0.0
+
+    def clip_target(self, params, optimizer):
+        "What the global-norm clipper clips, if not `params` (None): e.g. a sharded optimizer's reduced gradients."
+
+    @property
+    def splits_model(self) -> bool:
+        "Whether the model's tensors differ between the ranks of this dimension (its checkpoint is gathered)."
+        return False
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.dim} {self.size})"
+
+# %% ../../nbs/06a_mesh.ipynb #8887b6eb
+class MeshLayout:
+    "Layouts composed on one mesh, innermost first (tp, cp, ep, dp, pp): the training loop asks this what differs."
+
+    DATA_DIMS = ("dp", "ep")  # ranks that read different batches; the others of a data rank read the same one
+
+    def __init__(
+        self,
+        mesh: Mesh,  # this rank's mesh
+        parts: list[Layout],  # one layout per dim, innermost first
+        step: Layout,  # the part that runs a micro-step (pp's schedule, cp's ring, or dp's plain step)
+    ):
+        self.mesh, self.parts, self.step = mesh, list(parts), step
+        self.data_size = int(np.prod([mesh.size(d) for d in self.DATA_DIMS]))
+        self.data_rank = mesh.local_rank("dp") * mesh.size("ep") + mesh.local_rank("ep")
+        self.head = all(mesh.local_rank(d) == 0 for d in MESH_DIMS if d not in self.DATA_DIMS)
+        self.collective_forward = any(p.collective_forward for p in self.parts)
+        self.splits_model = any(p.splits_model for p in self.parts)
+
+    def _first(self, method, *args):
+        "The answer of the outermost part that gives one (not None)."
+        return next((r for p in reversed(self.parts) if (r := getattr(p, method)(*args)) is not None), None)
+
+    def part(self, dim: str) -> Layout:
+        "The part for mesh dim `dim`."
+        return next(p for p in self.parts if p.dim == dim)
+
+    def prepare(self, model):
+        "Split `model` in place by every part, innermost first; return the module to run the step with."
+        for p in self.parts:
+            p.prepare(model)
+        for p in self.parts:
+            model = p.wrap(model)
+        return model
+
+    def __repr__(self):
+        return " x ".join(repr(p) for p in reversed(self.parts) if p.size > 1 or p is self.step) or "one process"
+
+# %% ../../nbs/06a_mesh.ipynb #ca7699c5
+@patch
+def param_groups(self: MeshLayout, model):
+    "This rank's parameters by optimizer treatment (`build_optimizer`'s input)."
+    return self._first("param_groups", model) or model.param_groups()
+
+
+@patch
+def parameters(self: MeshLayout, model) -> list:
+    "This rank's trained parameters."
+    return self._first("parameters", model) or list(model.parameters())
+
+
+@patch
+def optimizer(self: MeshLayout, opt):
+    "The optimizer every part wraps, innermost first."
+    for p in self.parts:
+        opt = p.optimizer(opt)
+    return opt
+
+
+@patch
+def forward_backward(self: MeshLayout, model, x, y, accum: int, last: bool, extra=None):
+    "One micro-step (`Layout.forward_backward` of the step part): its loss, detached."
+    return self.step.forward_backward(model, x, y, accum, last, extra)
+
+
+@patch
+def sync(self: MeshLayout, params) -> None:
+    "Gradients of the global mean loss, in place: every part's sync, innermost first."
+    for p in self.parts:
+        p.sync(params)
+
+
+@patch
+def shard_groups(self: MeshLayout, param) -> tuple:
+    "Every group over which the gradient of `param` is split (for the global grad norm)."
+    return sum((p.shard_groups(param) for p in self.parts), ())
+
+
+@patch
+def reduce_loss(self: MeshLayout, loss) -> None:
+    "The step's mean loss on every rank, in place: every part's reduction, innermost first."
+    for p in self.parts:
+        p.reduce_loss(loss)
+
+
+@patch
+def full_state(self: MeshLayout, model, optimizer) -> dict:
+    "The full state the outermost splitting part gathers (`save_dcp_checkpoint` kwargs); {} if none splits."
+    return self._first("full_state", model, optimizer) or {}
+
+
+@patch
+def load_full_state(self: MeshLayout, model, optimizer, model_sd: dict, optim_sd: dict) -> None:
+    "Load this rank's part of a full state through the outermost part that splits the model."
+    next(p for p in reversed(self.parts) if p.load_full_state(model, optimizer, model_sd, optim_sd))
+
+
+@patch
+def gather_model(self: MeshLayout, model) -> None:
+    "Make every rank's `model` hold the current full weights (before an eval or a sample)."
+    for p in self.parts:
+        p.gather_model(model)
+
+
+@patch
+def clip_target(self: MeshLayout, params, optimizer):
+    "What `clip_grad_norm_` (06b) clips: `params`, or what a part names instead (ZeRO-1's sharded optimizer)."
+    return self._first("clip_target", params, optimizer) or params
+
+
+@patch
+def replica_diff(self: MeshLayout, model) -> float:
+    "Largest difference between this rank's trained weights and their replicas (0.0: bit for bit)."
+    held = self._first("held", model) or model
+    return max(p.replica_diff(held) for p in self.parts)

@@ -1,4 +1,4 @@
-"""Split every weight matrix of the GPT across ranks (Megatron-style tensor parallelism) and its activations along the sequence (sequence parallelism): built by hand from four collectives, then on PyTorch's DTensor `parallelize_module`, and proven equal to one process.
+"""Every weight matrix split across ranks (Megatron tensor parallel, sequence parallel): by hand, then on DTensor.
 
 Docs: https://nanolit.github.io/nanolit/tensor_parallel.html.md"""
 
@@ -18,6 +18,9 @@ from torch import Tensor
 from ..core import detect_compute_dtype
 from ..model import GPT, CausalSelfAttention, MLP, norm
 from ..optim import MuonAdamW, muon_step_, newton_schulz, polar_express, polar_svd
+from fastcore.basics import patch
+
+from .mesh import Layout, Mesh
 from .data_parallel import clip_grad_norm_
 
 # %% auto #0
@@ -26,9 +29,9 @@ __all__ = ['tp_world', 'tp_rank', 'shard_size', 'pad_dim', 'shard_tensor', 'coun
            'GatherFromSequenceParallelRegion', 'ReduceScatterToSequenceParallelRegion', 'copy_to_tp', 'reduce_from_tp',
            'gather_from_tp', 'scatter_to_tp', 'gather_from_sp', 'reduce_scatter_to_sp', 'scatter_to_sp', 'gather_param',
            'ColumnParallelLinear', 'RowParallelLinear', 'VocabParallelEmbedding', 'vocab_parallel_cross_entropy',
-           'parallelize', 'tp_muon_step_', 'TensorParallelMuonAdamW', 'tensor_parallel_optimizer', 'clip_grad_norm_tp_',
-           'full_state_dict', 'load_full_state_dict', 'full_optimizer_state_dict', 'load_full_optimizer_state_dict',
-           'parallelize_dtensor', 'loss_context']
+           'parallelize', 'tp_muon_step_', 'TensorParallelMuonAdamW', 'tensor_parallel_optimizer', 'tp_shards',
+           'clip_grad_norm_tp_', 'full_state_dict', 'load_full_state_dict', 'full_optimizer_state_dict',
+           'load_full_optimizer_state_dict', 'parallelize_dtensor', 'loss_context', 'TensorParallel']
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #5b5921bb
 def tp_world(group) -> int:
@@ -226,7 +229,8 @@ def copy_to_tp(x: Tensor, group) -> Tensor:
 
 
 def reduce_from_tp(x: Tensor, group) -> Tensor:
-    "Megatron's g on partial sums x (any shape): all-reduce (sum) forward, identity backward; identity when `group` is None."
+    """Megatron's g on partial sums x (any shape): all-reduce (sum) forward, identity backward; identity when `group` is
+    None."""
     return x if tp_world(group) == 1 else ReduceFromTensorParallelRegion.apply(x, group)
 
 
@@ -238,7 +242,8 @@ def gather_from_tp(x: Tensor, group, dim: int = -1, size: int | None = None) -> 
 
 
 def scatter_to_tp(x: Tensor, group, dim: int = -1) -> Tensor:
-    "Full x (..., n, ...) -> this rank's zero-padded shard (..., ceil(n/W), ...) along `dim`; backward all-gathers (trimmed)."
+    """Full x (..., n, ...) -> this rank's zero-padded shard (..., ceil(n/W), ...) along `dim`; backward all-gathers
+    (trimmed)."""
     return x if tp_world(group) == 1 else ScatterToTensorParallelRegion.apply(x, group, dim % x.ndim)
 
 
@@ -250,12 +255,14 @@ def gather_from_sp(x: Tensor, group, dim: int = 1, size: int | None = None) -> T
 
 
 def reduce_scatter_to_sp(x: Tensor, group, dim: int = 1) -> Tensor:
-    "Partial sums over the full sequence (B, T, ...) -> summed sequence shard (B, ceil(T/W), ...); backward all-gathers."
+    """Partial sums over the full sequence (B, T, ...) -> summed sequence shard (B, ceil(T/W), ...); backward all-
+    gathers."""
     return x if tp_world(group) == 1 else ReduceScatterToSequenceParallelRegion.apply(x, group, dim % x.ndim)
 
 
 def scatter_to_sp(x: Tensor, group, dim: int = 1) -> Tensor:
-    "A replicated full sequence (B, T, ...) -> this rank's padded sequence shard (B, ceil(T/W), ...); backward all-gathers (trimmed)."
+    """A replicated full sequence (B, T, ...) -> this rank's padded sequence shard (B, ceil(T/W), ...); backward all-
+    gathers."""
     return scatter_to_tp(x, group, dim)
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #efad80ba
@@ -270,7 +277,8 @@ def _shard_param(full: Tensor, dim: int, group, requires_grad: bool = True) -> n
 
 
 def gather_param(p: Tensor) -> Tensor:
-    "The full (unpadded) tensor of a tensor-parallel shard `p` (all-gather along `p._tp_dim`); `p` itself if not sharded."
+    """The full (unpadded) tensor of a tensor-parallel shard `p` (all-gather along `p._tp_dim`); `p` itself if not
+    sharded."""
     if getattr(p, "_tp_dim", None) is None:
         return p.detach()
     return (
@@ -318,7 +326,8 @@ class ColumnParallelLinear(nn.Module):
         return cls(lin.in_features, lin.out_features, group, weight=lin.weight.detach(), **kw)
 
     def forward(self, x: Tensor, seq_len: int | None = None) -> Tensor:
-        "x (..., in), or a sequence shard (B, ceil(T/W), in) -> (..., ceil(out/W)) slice, or (..., out) with `gather_output`."
+        """x (..., in), or a sequence shard (B, ceil(T/W), in) -> (..., ceil(out/W)) slice, or (..., out) with
+        `gather_output`."""
         x = gather_from_sp(x, self.group, 1, seq_len) if self.sequence_parallel else copy_to_tp(x, self.group)
         y = F.linear(x, self.weight.to(x.dtype))
         return gather_from_tp(y, self.group, -1, self.out_features) if self.gather_output else y
@@ -450,7 +459,8 @@ def vocab_parallel_cross_entropy(
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #ff0b57bb
 class _TPAttention(CausalSelfAttention):
-    "CausalSelfAttention on this rank's heads: f (or SP all-gather) in, the model's own forward, g (or SP reduce-scatter) out."
+    """CausalSelfAttention on this rank's heads: f (or SP all-gather) in, the model's own forward, g (or SP reduce-
+    scatter) out."""
 
     def forward(self, x, ve, cos, sin, window, kv_cache=None):
         if kv_cache is not None:
@@ -462,7 +472,8 @@ class _TPAttention(CausalSelfAttention):
 
 
 class _TPMLP(MLP):
-    "MLP on this rank's slice of the hidden 4d: f (or SP all-gather, padded rows kept: they stay zero) in, g (or reduce-scatter) out."
+    """MLP on this rank's slice of the hidden 4d: f (or SP all-gather, padded rows stay zero) in, g (or reduce-scatter)
+    out."""
 
     def forward(self, x):
         g = self.tp_group
@@ -583,8 +594,8 @@ def tp_muon_step_(
     ns_steps: int = 5,
     method: str = "newton_schulz",
 ) -> None:
-    """`muon_step_` for a tensor-parallel shard `p` (with `_tp_dim`, `_tp_size`, `_tp_group`, or a DTensor): sharded momentum,
-    all-gather of the update direction, orthogonalisation of the full matrix, own slice applied. Equals the
+    """`muon_step_` for a tensor-parallel shard `p` (with `_tp_dim`, `_tp_size`, `_tp_group`, or a DTensor): sharded
+    momentum, all-gather of the update direction, orthogonalisation of the full matrix, own slice applied. Equals the
     one-process step on the full matrix."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
@@ -627,7 +638,8 @@ class TensorParallelMuonAdamW(MuonAdamW):
 
 
 def tensor_parallel_optimizer(optimizer: MuonAdamW) -> TensorParallelMuonAdamW:
-    "Make a `MuonAdamW` (e.g. from `build_optimizer(model.param_groups(), ...)`) tensor-parallel aware, in place (class swap; state kept)."
+    """Make a `MuonAdamW` (e.g. `build_optimizer(model.param_groups(), ...)`) tensor-parallel aware in place (class
+    swap)."""
     if not isinstance(optimizer, MuonAdamW):
         raise ValueError(
             f"expected a MuonAdamW, got {type(optimizer).__name__} "
@@ -637,6 +649,13 @@ def tensor_parallel_optimizer(optimizer: MuonAdamW) -> TensorParallelMuonAdamW:
     return optimizer
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #bf7e085b
+def tp_shards(
+    model: nn.Module,  # a model `parallelize`d (or not: then {})
+) -> dict[str, nn.Parameter]:
+    "The hand-built tensor-parallel shards of `model` by parameter name (each knows its full size and group)."
+    return {n: p for n, p in model.named_parameters() if getattr(p, "_tp_dim", None) is not None}
+
+
 def clip_grad_norm_tp_(params, max_norm: float, tp_group=None) -> Tensor:
     """Clip gradients in place by the global L2 norm of the whole (unsharded) model's gradient, returned as a 0-D
     tensor (fp32, fp64 if any gradient is); same rule as `torch.nn.utils.clip_grad_norm_` (scale max_norm/(norm+1e-6)).
@@ -652,7 +671,7 @@ def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
     `full_tensor()`); every rank of the tp group gets the whole dict. Keys and shapes equal the plain model's."""
     from torch.distributed.tensor import DTensor
 
-    shards = {n: p for n, p in model.named_parameters() if getattr(p, "_tp_dim", None) is not None}
+    shards = tp_shards(model)
     out = {}
     for k, v in model.state_dict().items():
         if k in shards:
@@ -668,7 +687,7 @@ def load_full_state_dict(model: nn.Module, state_dict: dict[str, Tensor], strict
     rule above); DTensor parameters are sliced by their placements. Raises ValueError on a shape mismatch."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
-    shards = {n: p for n, p in model.named_parameters() if getattr(p, "_tp_dim", None) is not None}
+    shards = tp_shards(model)
     own, new = model.state_dict(), {}
     for k, v in state_dict.items():
         if k in shards:
@@ -800,7 +819,8 @@ def parallelize_dtensor(model: GPT, mesh=None, *, sp: bool = False, device_mesh=
 
 
 def loss_context(model: nn.Module):
-    "`loss_parallel()` for a model from `parallelize_dtensor` (wrap forward with targets and backward in it); else a no-op context."
+    """`loss_parallel()` for a model from `parallelize_dtensor` (wrap forward with targets and backward in it), else a
+    no-op."""
     from contextlib import nullcontext
 
     if not getattr(model, "tp_dtensor", False):
@@ -808,3 +828,64 @@ def loss_context(model: nn.Module):
     from torch.distributed.tensor.parallel import loss_parallel
 
     return loss_parallel()
+
+# %% ../../nbs/06c_tensor_parallel.ipynb #dec6d80d
+class TensorParallel(Layout):
+    "The tensor-parallel layout (06a's `Layout`): `parallelize` over the mesh's tp group, with or without sp."
+
+    dim = "tp"
+
+    def __init__(
+        self,
+        mesh: Mesh,  # this rank's mesh
+        sp: bool = False,  # sequence parallel on top (norms and residuals on sequence shards)
+    ):
+        super().__init__(mesh)
+        self.sp, self.shards = sp, set()
+        self.collective_forward = self.splits_model
+
+    @property
+    def splits_model(self) -> bool:
+        "Whether the tp group holds more than one rank (each holds a shard of every matrix)."
+        return self.size > 1
+
+    def __repr__(self):
+        return f"TensorParallel(tp {self.size}{', sp' if self.sp else ''})"
+
+
+@patch
+def prepare(self: TensorParallel, model) -> None:
+    "Split every matrix of `model` over the tp group (`parallelize`), and remember which parameters are shards."
+    if self.splits_model:
+        parallelize(model, self.mesh, sp=self.sp)
+        self.shards = {id(p) for p in tp_shards(model).values()}
+
+
+@patch
+def optimizer(self: TensorParallel, opt):
+    "The optimizer with Muon on whole matrices (`tensor_parallel_optimizer`)."
+    return tensor_parallel_optimizer(opt) if self.splits_model else opt
+
+
+@patch
+def shard_groups(self: TensorParallel, p) -> tuple:
+    "(the tp group,) for a shard, () for a replicated parameter."
+    return (self.group,) if id(p) in self.shards else ()
+
+
+@patch
+def full_state(self: TensorParallel, model, optimizer) -> dict | None:
+    "The gathered full model and optimizer tensors (`full_state_dict`, `full_optimizer_state_dict`)."
+    if not self.splits_model:
+        return None
+    return dict(model_state=full_state_dict(model), optim_state=full_optimizer_state_dict(optimizer, model))
+
+
+@patch
+def load_full_state(self: TensorParallel, model, optimizer, model_sd: dict, optim_sd: dict) -> bool:
+    "Keep this rank's shards of a full state (`load_full_state_dict`, `load_full_optimizer_state_dict`)."
+    if not self.splits_model:
+        return False
+    load_full_state_dict(model, model_sd)
+    load_full_optimizer_state_dict(optimizer, model, optim_sd)
+    return True

@@ -1,4 +1,4 @@
-"""Ring attention: the sequence split across ranks in a load-balanced head-tail layout, key/value blocks passed around a ring, partial softmaxes merged exactly; causal and sliding-window; forward and backward.
+"""Ring attention: each sequence split across ranks (head-tail balanced), K/V blocks around a ring, softmaxes merged exactly.
 
 Docs: https://nanolit.github.io/nanolit/context_parallel.html.md"""
 
@@ -9,17 +9,21 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 import torch.distributed as dist
+from fastcore.basics import patch
 from torch import Tensor
+
+from .mesh import Layout
+from .data_parallel import zero_missing_grads
 
 # %% auto #0
 __all__ = ['cp_padded_len', 'cp_chunks', 'cp_positions', 'cp_shard', 'cp_unshard', 'chunk_visible', 'cp_schedule',
-           'ring_attention', 'context_parallel']
+           'ring_attention', 'context_parallel', 'ContextParallel']
 
 # %% ../../nbs/06f_context_parallel.ipynb #daa27966
 def cp_padded_len(T: int, W: int) -> int:
-    "Sequence length T_p (int, tokens) after padding T at the end to a multiple of 2W (two chunks per rank). ValueError if T or W < 1."
+    """Sequence length T_p (tokens) after padding T at the end to a multiple of 2W (two chunks per rank); ValueError if
+    T, W < 1."""
     if T < 1 or W < 1:
         raise ValueError(f"need T >= 1 and W >= 1, got T={T}, W={W}")
     return -(-T // (2 * W)) * 2 * W
@@ -33,14 +37,16 @@ def cp_chunks(rank: int, W: int) -> tuple[int, int]:
 
 
 def cp_positions(T: int, rank: int, W: int, device=None) -> Tensor:
-    "Global positions (int64, length T_p/W) of the rows `rank` holds for a sequence of T tokens (padding included, >= T)."
+    """Global positions (int64, length T_p/W) of the rows `rank` holds for a sequence of T tokens (padding included, >=
+    T)."""
     c = cp_padded_len(T, W) // (2 * W)
     return torch.cat([torch.arange(i * c, (i + 1) * c, device=device) for i in cp_chunks(rank, W)])
 
 
 def cp_shard(x: Tensor, rank: int, W: int, dim: int = 1, pad_value=0) -> Tensor:
-    """This rank's head-tail share of `x` along `dim`: x (..., T, ...) -> (..., T_p/W, ...), T_p = `cp_padded_len(T, W)`,
-    the sequence padded at the end with `pad_value` (use -1 for targets, so the loss ignores padding). Same dtype."""
+    """This rank's head-tail share of `x` along `dim`: x (..., T, ...) -> (..., T_p/W, ...), T_p = `cp_padded_len(T,
+    W)`, the sequence padded at the end with `pad_value` (use -1 for targets, so the loss ignores padding). Same
+    dtype."""
     T = x.size(dim)
     pad = cp_padded_len(T, W) - T
     if pad:
@@ -79,7 +85,8 @@ def cp_schedule(rank: int, W: int, c: int, window: int | None = None) -> list[tu
 
 # %% ../../nbs/06f_context_parallel.ipynb #94a8e83d
 def _ring_shift(t: Tensor, group):
-    "Start sending t to the next rank of the ring and receiving the previous rank's into a new buffer; returns (buffer, requests)."
+    """Start sending t to the next rank of the ring and receiving the previous rank's into a new buffer: (buffer,
+    requests)."""
     W, r = dist.get_world_size(group), dist.get_rank(group)
     nxt, prv = dist.get_global_rank(group, (r + 1) % W), dist.get_global_rank(group, (r - 1) % W)
     recv = torch.empty_like(t)
@@ -106,7 +113,7 @@ class _RingAttention(torch.autograd.Function):
         qf = q.to(adt)
         acc = torch.zeros_like(qf)
         m = qf.new_full(q.shape[:3] + (1,), -math.inf)
-        l = qf.new_zeros(q.shape[:3] + (1,))
+        den = qf.new_zeros(q.shape[:3] + (1,))  # softmax denominators
         kv = torch.stack([k, v]).to(adt)
         for s in range(W):
             src = (r - s) % W
@@ -119,15 +126,15 @@ class _RingAttention(torch.autograd.Function):
                 m_new = torch.maximum(m[:, :, qi], sc.amax(-1, keepdim=True))
                 m_safe = m_new.masked_fill(m_new == -math.inf, 0.0)
                 p, alpha = torch.exp(sc - m_safe), torch.exp(m[:, :, qi] - m_safe)
-                l[:, :, qi] = l[:, :, qi] * alpha + p.sum(-1, keepdim=True)
+                den[:, :, qi] = den[:, :, qi] * alpha + p.sum(-1, keepdim=True)
                 acc[:, :, qi] = acc[:, :, qi] * alpha + p @ kv[1][:, :, ki]
                 m[:, :, qi] = m_new
             if s < W - 1:
                 for req in reqs:
                     req.wait()
                 kv = nxt
-        out = acc / l  # every row sees at least its own position: l > 0
-        lse = m + torch.log(l)
+        out = acc / den  # every row sees at least its own position: den > 0
+        lse = m + torch.log(den)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.window, ctx.group, ctx.W, ctx.r = window, group, W, r
         return out.to(q.dtype)
@@ -166,13 +173,15 @@ class _RingAttention(torch.autograd.Function):
 
 
 def ring_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None, group=None) -> Tensor:
-    """Causal (optionally sliding-window) attention over a sequence split across the ranks of `group` (the cp group; None
-    = one rank) in the head-tail layout of `cp_shard`. q: (B, Tl, Hq, D), k, v: (B, Tl, Hkv, D): this rank's rows,
+    """Causal (optionally sliding-window) attention over a sequence split across the ranks of `group` (the cp group;
+    None = one rank) in the head-tail layout of `cp_shard`. q: (B, Tl, Hq, D), k, v: (B, Tl, Hkv, D): this rank's rows,
     Tl = T_p / W even. Query at global position p sees keys p-w < j <= p, as `nanolit.attention.attention`.
-    Returns (B, Tl, Hq, D) in q's dtype; differentiable (backward by a second ring pass). Ring attention: Liu et al. 2023."""
+    Returns (B, Tl, Hq, D) in q's dtype; differentiable (backward by a second ring pass). Ring attention: Liu et al.
+    2023."""
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or q.shape[:2] != k.shape[:2] or q.size(3) != k.size(3):
         raise ValueError(
-            f"need q (B,T,Hq,D) and k, v (B,T,Hkv,D) on the same rows; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            f"need q (B,T,Hq,D) and k, v (B,T,Hkv,D) on the same rows; got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
         )
     if q.size(1) % 2:
         raise ValueError(f"local length {q.size(1)} must be even (two chunks per rank): shard with cp_shard")
@@ -214,3 +223,36 @@ class context_parallel:
         for b, f in zip(m.blocks, fns):
             b.attn.attn_fn = f
         return False
+
+# %% ../../nbs/06f_context_parallel.ipynb #5ccabe32
+class ContextParallel(Layout):
+    "The context-parallel layout (06a's `Layout`): every sequence split over the mesh's cp group, ring attention."
+
+    dim = "cp"
+
+
+@patch
+def forward_backward(self: ContextParallel, model, x, y, accum: int, last: bool, extra=None):
+    "This rank's share of the micro-step's mean loss (its chunks' summed loss / all targets), detached."
+    n_tok = (y != -1).sum().clamp(min=1)
+    r, W = self.rank, self.size
+    with context_parallel(model, x.size(1), self.group):
+        loss = model(cp_shard(x, r, W), cp_shard(y, r, W, pad_value=-1), loss_reduction="sum") / n_tok
+    (loss / accum).backward()
+    return loss.detach()
+
+
+@patch
+def sync(self: ContextParallel, params) -> None:
+    "Sum the gradient shares over the cp group, in place (missing ones as zeros)."
+    if self.size > 1:
+        zero_missing_grads(params)
+        for p in params:
+            dist.all_reduce(p.grad, group=self.group)
+
+
+@patch
+def reduce_loss(self: ContextParallel, loss) -> None:
+    "Sum the loss shares over the cp group, in place."
+    if self.size > 1:
+        dist.all_reduce(loss, group=self.group)

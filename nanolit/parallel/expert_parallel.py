@@ -1,4 +1,4 @@
-"""A mixture-of-experts MLP (top-k router, Switch load-balancing loss, dropless routing, experts as batched matmuls), first on one rank, then with its experts split across ranks and tokens exchanged by all-to-all.
+"""A mixture-of-experts MLP (top-k router, Switch loss, batched experts), then its experts split across ranks by all-to-all.
 
 Docs: https://nanolit.github.io/nanolit/expert_parallel.html.md"""
 
@@ -12,16 +12,22 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.distributed as dist
+from fastcore.basics import patch
 from torch import Tensor
 
+from .mesh import Layout, Mesh
+from .data_parallel import allreduce_gradients, zero_missing_grads
+
 # %% auto #0
-__all__ = ['route', 'switch_aux_loss', 'grouped_expert_mlp', 'all_to_all', 'MoE', 'moeify', 'moe_aux_loss']
+__all__ = ['route', 'switch_aux_loss', 'grouped_expert_mlp', 'all_to_all', 'MoE', 'moeify', 'moe_aux_loss', 'expert_param_ids',
+           'expert_parallel_full_state', 'load_expert_parallel_full_state', 'ExpertParallel']
 
 # %% ../../nbs/06e_expert_parallel.ipynb #036038f8
 def route(logits: Tensor, top_k: int, renormalize: bool = True):
     """Top-k routing. logits: (N, E) router outputs (any float dtype; softmax in fp32, or fp64 for fp64 logits).
     Returns (experts (N,k) int64, weights (N,k), probs (N,E) softmax, counts (E,) int64 assignments per expert).
-    `weights` are the top-k softmax probabilities, renormalised to sum to 1 when `renormalize`. Raises ValueError if k > E."""
+    `weights` are the top-k softmax probabilities, renormalised to sum to 1 when `renormalize`. Raises ValueError if k >
+    E."""
     N, E = logits.shape
     if not 1 <= top_k <= E:
         raise ValueError(f"top_k must be in [1, n_experts={E}], got {top_k}")
@@ -34,7 +40,8 @@ def route(logits: Tensor, top_k: int, renormalize: bool = True):
 
 
 def switch_aux_loss(probs: Tensor, counts: Tensor, top_k: int) -> Tensor:
-    "Switch Transformer load-balancing loss (Fedus et al. 2021): E * sum_i f_i P_i, f_i = counts_i/(N k), P_i = mean_t probs[t,i]."
+    """Switch Transformer load-balancing loss (Fedus et al. 2021): E sum_i f_i P_i, f_i = counts_i/(N k), P_i = mean_t
+    probs[t,i]."""
     N, E = probs.shape
     f = counts.float() / (N * top_k)
     return E * (f * probs.mean(0)).sum()
@@ -42,7 +49,8 @@ def switch_aux_loss(probs: Tensor, counts: Tensor, top_k: int) -> Tensor:
 # %% ../../nbs/06e_expert_parallel.ipynb #aebeae08
 def grouped_expert_mlp(xs: Tensor, counts: Tensor, w_fc: Tensor, w_proj: Tensor) -> Tensor:
     """ReLU^2 MLP of expert e on its group of rows. xs: (M, d) rows sorted by expert, counts: (E,) rows per expert
-    (sum = M), w_fc: (E, d, h), w_proj: (E, h, d). Returns (M, d) in xs's dtype. Uses torch.bmm on zero-padded groups."""
+    (sum = M), w_fc: (E, d, h), w_proj: (E, h, d). Returns (M, d) in xs's dtype. Uses torch.bmm on zero-padded
+    groups."""
     E, M = w_fc.size(0), xs.size(0)
     if counts.numel() != E or int(counts.sum()) != M:
         raise ValueError(f"counts {counts.tolist()} must have {E} entries summing to {M}")
@@ -83,10 +91,10 @@ def all_to_all(x: Tensor, in_splits: list[int], out_splits: list[int], group=Non
 
 class MoE(nn.Module):
     """Mixture-of-experts ReLU^2 MLP, dropless top-k routing (Switch/GShard/Mixtral family). x: (..., d) -> (..., d).
-    After forward, `aux_loss` holds the Switch load-balancing loss (Fedus et al. 2021) and `counts` the (E,) assignments.
-    With `group` (an ep process group of size W, E % W == 0) this rank holds experts [rE/W, (r+1)E/W) and exchanges
-    tokens by all-to-all; then with `aux_scope="group"` (default) `aux_loss` is E * sum_i f_i(global) * P_i(local),
-    whose mean over the group is the loss of all the group's tokens (with equal token counts per rank); with
+    After forward, `aux_loss` holds the Switch load-balancing loss (Fedus et al. 2021) and `counts` the (E,)
+    assignments. With `group` (an ep process group of size W, E % W == 0) this rank holds experts [rE/W, (r+1)E/W) and
+    exchanges tokens by all-to-all; then with `aux_scope="group"` (default) `aux_loss` is E * sum_i f_i(global) *
+    P_i(local), whose mean over the group is the loss of all the group's tokens (with equal token counts per rank); with
     `aux_scope="local"` the counts f_i are this rank's own, so the loss is that of this rank's batch alone (Switch's
     per-device convention; what `nanolit.train` uses, so a run is the same at any ep). ValueError on bad sizes."""
 
@@ -126,7 +134,8 @@ class MoE(nn.Module):
         self.init_weights()
 
     def init_weights(self):
-        "Router and w_fc uniform(+-sqrt(3/d)) (std 1/sqrt(d)); w_proj zero, so the layer starts as 0 (like the dense MLP in 04)."
+        """Router and w_fc uniform(+-sqrt(3/d)) (std 1/sqrt(d)); w_proj zero, so the layer starts as 0 (like the dense
+        MLP in 04)."""
         a = math.sqrt(3 / self.d)
         nn.init.uniform_(self.router.weight, -a, a)
         nn.init.uniform_(self.w_fc, -a, a)
@@ -134,7 +143,8 @@ class MoE(nn.Module):
 
     @classmethod
     def from_dense(cls, moe: "MoE", group) -> "MoE":
-        "The expert-parallel copy of a one-rank `moe` for this rank of `group`: same router, this rank's slice of experts."
+        """The expert-parallel copy of a one-rank `moe` for this rank of `group`: same router, this rank's slice of
+        experts."""
         ep = cls(moe.d, moe.hidden, moe.n_experts, moe.top_k, moe.renormalize, group, moe.aux_scope).to(moe.w_fc.device)
         lo = ep.ep_rank * ep.n_local
         with torch.no_grad():
@@ -168,7 +178,8 @@ class MoE(nn.Module):
         return out.view(shape)
 
     def _expert_parallel(self, xs: Tensor, counts: Tensor):
-        "Send rows to their experts' ranks, run the local experts, send results back. Returns (ys like xs, global counts)."
+        """Send rows to their experts' ranks, run the local experts, send results back. Returns (ys like xs, global
+        counts)."""
         W, L, g = self.ep, self.n_local, self.group
         # 1. exchange counts: recv[s, j] = rows rank s sends to my local expert j
         recv = torch.empty_like(counts)
@@ -198,8 +209,9 @@ def moeify(
     aux_scope: str = "group",
 ) -> nn.Module:
     """Replace `block.mlp` of every block in `model.blocks` by a `MoE` (hidden width `hidden`, default 4 * n_embd) with
-    n_experts experts, top_k routing, `aux_scope` (see `MoE`) and, if `group` is given, expert parallelism over it. New layers are built on the
-    device of the old MLP and initialised by `MoE.init_weights`. Returns the model (modified in place)."""
+    n_experts experts, top_k routing, `aux_scope` (see `MoE`) and, if `group` is given, expert parallelism over it. New
+    layers are built on the device of the old MLP and initialised by `MoE.init_weights`. Returns the model (modified in
+    place)."""
     for b in model.blocks:
         d = b.mlp.c_fc.weight.size(1)
         dev = b.mlp.c_fc.weight.device
@@ -212,3 +224,135 @@ def moe_aux_loss(model: nn.Module) -> Tensor:
     forward (0. if none): add `coef * moe_aux_loss(model)` to the loss before backward (Fedus et al. 2021 use 1e-2)."""
     losses = [m.aux_loss for m in model.modules() if isinstance(m, MoE) and m.aux_loss is not None]
     return torch.stack(losses).sum() if losses else torch.zeros((), device=next(model.parameters()).device)
+
+# %% ../../nbs/06e_expert_parallel.ipynb #9ed54425
+def expert_param_ids(
+    model: nn.Module,  # a model with `MoE` layers
+) -> set[int]:
+    "ids of the parameters held by expert-parallel `MoE` layers (`w_fc`, `w_proj`: each ep rank holds other experts)."
+    return {id(p) for m in model.modules() if isinstance(m, MoE) and m.group is not None for p in (m.w_fc, m.w_proj)}
+
+
+def _gather_experts(t: Tensor, group) -> Tensor:
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t.contiguous(), group=group)
+    return torch.cat(parts)
+
+
+def expert_parallel_full_state(
+    model: nn.Module,  # an expert-parallel model
+    optimizer,  # its optimizer
+    group,  # the ep group
+) -> tuple[dict, dict]:
+    """(model state, {'<param>/<key>': tensor} optimizer state) with every expert tensor gathered over `group` into (E,
+    ...)."""
+    experts = expert_param_ids(model)
+    names = {n for n, p in model.named_parameters() if id(p) in experts}
+    msd = {k: (_gather_experts(v, group) if k in names else v).detach().clone() for k, v in model.state_dict().items()}
+    osd = {}
+    for n, p in model.named_parameters():  # the same order on every rank: the all-gathers pair up
+        for k, v in sorted(optimizer.state.get(p, {}).items()):
+            if torch.is_tensor(v):
+                osd[f"{n}/{k}"] = _gather_experts(v, group) if n in names and v.ndim else v.detach().clone()
+    return msd, osd
+
+
+@torch.no_grad()
+def load_expert_parallel_full_state(
+    model: nn.Module,  # an expert-parallel model
+    optimizer,  # its optimizer (its per-parameter state is replaced)
+    model_sd: dict,  # `expert_parallel_full_state`'s model state
+    optim_sd: dict,  # and its optimizer state
+    group,  # the ep group
+) -> None:
+    "Inverse of `expert_parallel_full_state` for this rank: (E, ...) expert tensors sliced to its experts."
+    experts, r, W = expert_param_ids(model), dist.get_rank(group), dist.get_world_size(group)
+    params = dict(model.named_parameters())
+
+    def own(name, v):
+        p = params.get(name)
+        if p is None or id(p) not in experts or not v.ndim:
+            return v
+        if v.size(0) != p.size(0) * W:
+            raise ValueError(f"{name}: {v.size(0)} experts in the checkpoint, this model has {p.size(0) * W}")
+        return v[r * p.size(0) : (r + 1) * p.size(0)]
+
+    model.load_state_dict({k: own(k, v) for k, v in model_sd.items()})
+    optimizer.state.clear()
+    for key, v in optim_sd.items():
+        name, k = key.rsplit("/", 1)
+        if name not in params:
+            raise ValueError(f"optimizer state for unknown parameter {name!r}")
+        optimizer.state[params[name]][k] = own(name, v).to(params[name].device).clone()
+
+# %% ../../nbs/06e_expert_parallel.ipynb #1fc7373a
+class ExpertParallel(Layout):
+    "The expert-parallel layout (06a's `Layout`): every MoE layer's experts split over the mesh's ep group."
+
+    dim = "ep"
+
+    def __init__(
+        self,
+        mesh: Mesh,  # this rank's mesh
+    ):
+        super().__init__(mesh)
+        self.experts = set()
+        self.collective_forward = self.splits_model
+
+    @property
+    def splits_model(self) -> bool:
+        "Whether the ep group holds more than one rank (each holds other experts)."
+        return self.size > 1
+
+
+@patch
+def prepare(self: ExpertParallel, model) -> None:
+    "Keep this rank's experts of every MoE layer (`MoE.from_dense`)."
+    if self.splits_model:
+        for b in model.blocks:
+            b.mlp = MoE.from_dense(b.mlp, self.group)
+        self.experts = expert_param_ids(model)
+
+
+@patch
+def sync(self: ExpertParallel, params) -> None:
+    "Average replicated gradients over the ep group; divide the experts' (all ranks' tokens already) by its size."
+    if not self.splits_model:
+        return
+    zero_missing_grads(params)
+    allreduce_gradients([p for p in params if id(p) not in self.experts], self.group)
+    for p in params:
+        if id(p) in self.experts:
+            p.grad.div_(self.size)
+
+
+@patch
+def shard_groups(self: ExpertParallel, p) -> tuple:
+    "(the ep group,) for an expert weight, () for a replicated one."
+    return (self.group,) if id(p) in self.experts else ()
+
+
+@patch
+def reduce_loss(self: ExpertParallel, loss) -> None:
+    "The mean of the step's loss over the ep group (each rank read its own batch), in place."
+    if self.splits_model:
+        dist.all_reduce(loss, group=self.group)
+        loss /= self.size
+
+
+@patch
+def full_state(self: ExpertParallel, model, optimizer) -> dict | None:
+    "The experts gathered into (E, ...) tensors, model and optimizer (`expert_parallel_full_state`)."
+    if not self.splits_model:
+        return None
+    msd, osd = expert_parallel_full_state(model, optimizer, self.group)
+    return dict(model_state=msd, optim_state=osd)
+
+
+@patch
+def load_full_state(self: ExpertParallel, model, optimizer, model_sd: dict, optim_sd: dict) -> bool:
+    "Keep this rank's experts of a full state (`load_expert_parallel_full_state`)."
+    if not self.splits_model:
+        return False
+    load_expert_parallel_full_state(model, optimizer, model_sd, optim_sd, self.group)
+    return True

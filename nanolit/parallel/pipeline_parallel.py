@@ -1,4 +1,4 @@
-"""Cut the GPT into stages by layers, pass activations and gradients point to point, and schedule the micro-batches: all-forward-all-backward and 1F1B by hand, then `torch.distributed.pipelining` (GPipe, 1F1B, interleaved, zero-bubble) by name.
+"""The GPT cut into stages by layers, micro-batches scheduled: AFAB and 1F1B by hand, then `torch.distributed.pipelining`.
 
 Docs: https://nanolit.github.io/nanolit/pipeline_parallel.html.md"""
 
@@ -14,10 +14,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.distributed as dist
+from fastcore.basics import patch
 from torch import Tensor
 
 from ..core import detect_compute_dtype
 from ..model import GPT, norm
+from .mesh import Layout, Mesh
+from .data_parallel import zero_missing_grads
 from .tensor_parallel import vocab_parallel_cross_entropy
 from nanolit.parallel.tensor_parallel import (
     full_state_dict as tp_full_state_dict,
@@ -29,14 +32,16 @@ from nanolit.parallel.tensor_parallel import (
 )
 
 # %% auto #0
-__all__ = ['FWD_TAG', 'BWD_TAG', 'PIPELINE_SCHEDULES', 'ZERO_BUBBLE', 'stage_layers', 'GPTStage', 'split_model', 'lm_loss',
-           'full_state_dict', 'load_full_state_dict', 'full_optimizer_state_dict', 'load_full_optimizer_state_dict',
-           'send_tensors', 'recv_tensors', 'schedule_actions', 'run_pipeline', 'bubble_fraction',
-           'ideal_bubble_fraction', 'plot_timeline', 'Pipeline']
+__all__ = ['FWD_TAG', 'BWD_TAG', 'PIPELINE_SCHEDULES', 'ZERO_BUBBLE', 'PARAM_GROUP_ORDER', 'stage_layers', 'GPTStage',
+           'split_model', 'lm_loss', 'full_state_dict', 'load_full_state_dict', 'full_optimizer_state_dict',
+           'load_full_optimizer_state_dict', 'send_tensors', 'recv_tensors', 'schedule_actions', 'run_pipeline',
+           'bubble_fraction', 'ideal_bubble_fraction', 'plot_timeline', 'Pipeline', 'gather_param_groups',
+           'PipelineParallel']
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #34b8f160
 def stage_layers(n_layer: int, num_stages: int) -> list[range]:
-    "Contiguous, balanced layer ranges, one per stage (earlier stages take the remainder). ValueError if a stage would get no layer."
+    """Contiguous, balanced layer ranges, one per stage (earlier stages take the remainder); ValueError if a stage gets
+    none."""
     if num_stages < 1 or n_layer < num_stages:
         raise ValueError(f"need 1 <= num_stages <= n_layer, got num_stages={num_stages}, n_layer={n_layer}")
     q, r = divmod(n_layer, num_stages)
@@ -49,8 +54,8 @@ class GPTStage(nn.Module):
     stage, the final norm, `lm_head` and softcap on the last. Shares the embedding, block, value-embedding and lm_head
     modules with `model` (no copy); `resid_lambdas`/`x0_lambdas` are new Parameters holding this stage's slice.
     forward(*acts, idx): `idx` (B,T) int64 on every stage (value embeddings are looked up by token id); the first stage
-    takes no `acts`, a later one takes acts = (x, x0), each (B,T,d) in the compute dtype. Returns (x, x0), or on the last
-    stage the fp32 softcapped logits (B,T,V), exactly as `GPT.forward` computes them. A model already made
+    takes no `acts`, a later one takes acts = (x, x0), each (B,T,d) in the compute dtype. Returns (x, x0), or on the
+    last stage the fp32 softcapped logits (B,T,V), exactly as `GPT.forward` computes them. A model already made
     tensor-parallel by `nanolit.parallel.tensor_parallel.parallelize` (sp=False) works too: the last stage then returns
     this tp rank's vocabulary slice of the logits and `loss` is the vocab-parallel cross-entropy."""
 
@@ -103,7 +108,8 @@ class GPTStage(nn.Module):
         return sc * torch.tanh(logits / sc)
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
-        "Mean token cross-entropy of the last stage's logits against targets (B,T) int64 (-1 ignored); vocab-parallel under tp."
+        """Mean token cross-entropy of the last stage's logits against targets (B,T) int64 (-1 ignored); vocab-parallel
+        under tp."""
         if self.tp_group is None:
             return lm_loss(logits, targets)
         return vocab_parallel_cross_entropy(logits, targets, self.tp_group, self.config.vocab_size, ignore_index=-1)
@@ -151,7 +157,8 @@ def _partial_state_dict(stages: list[GPTStage]) -> dict[str, Tensor]:
 
 
 def _gather_pieces(part: dict[str, Tensor], group) -> dict[str, Tensor]:
-    "All-gather this rank's `part` over the pp `group` (None: it is all of them) and concatenate `key@start` slices in layer order."
+    """All-gather this rank's `part` over the pp `group` (None: it is all of them); concatenate `key@start` slices in
+    layer order."""
     parts = [part]
     if group is not None and dist.get_world_size(group) > 1:
         parts = [None] * dist.get_world_size(group)
@@ -170,15 +177,16 @@ def _gather_pieces(part: dict[str, Tensor], group) -> dict[str, Tensor]:
 
 
 def full_state_dict(stages: list[GPTStage], group=None) -> dict[str, Tensor]:
-    """The whole model's state dict (the keys and shapes of `GPT.state_dict()`, CPU copies) assembled from every pipeline
-    rank's stages by an all-gather over the pp `group`; every rank gets it. With `group=None`, `stages` must be all of them.
-    Tensor-parallel stages are first gathered over their tp group (a collective there too)."""
+    """The whole model's state dict (the keys and shapes of `GPT.state_dict()`, CPU copies) assembled from every
+    pipeline rank's stages by an all-gather over the pp `group`; every rank gets it. With `group=None`, `stages` must be
+    all of them. Tensor-parallel stages are first gathered over their tp group (a collective there too)."""
     return _gather_pieces(_partial_state_dict(stages), group)
 
 
 @torch.no_grad()
 def load_full_state_dict(stages: list[GPTStage], sd: dict[str, Tensor]) -> None:
-    "Copy each stage's part of a full `GPT` state dict `sd` into it (lambdas sliced by layer). KeyError if a key is missing."
+    """Copy each stage's part of a full `GPT` state dict `sd` into it (lambdas sliced by layer). KeyError if a key is
+    missing."""
     for st in stages:
         own = {}
         for k in st.state_dict():
@@ -279,7 +287,8 @@ def send_tensors(tensors: tuple[Tensor, ...], dst: int, tag: int = 0) -> list:
 
 
 def recv_tensors(src: int, device="cpu", tag: int = 0) -> tuple[Tensor, ...]:
-    "Blocking receive of what `send_tensors` sent from global rank `src` with `tag`: read the header, allocate, receive."
+    """Blocking receive of what `send_tensors` sent from global rank `src` with `tag`: read the header, allocate,
+    receive."""
     hdr = torch.empty(_HDR, dtype=torch.int64, device=device)
     dist.recv(hdr, src, tag=tag)
     h = hdr.cpu().tolist()
@@ -322,7 +331,8 @@ def run_pipeline(
     `schedule_actions`). `microbatches`: the same list of (idx, targets) (B,T) int64 pairs on every pipeline rank.
     `ranks`: the pipeline's global ranks in stage order (default 0..num_stages-1). Gradients accumulate into `.grad` as
     for `loss_scale * mean(micro-batch losses)`. Appends dict(kind, mb, start, end) (time.perf_counter seconds; start is
-    taken once the action's input has arrived, so waiting counts as idle) to `events` if given. Returns the per micro-batch losses (m,) fp32 on the last stage, None elsewhere."""
+    taken once the action's input has arrived, so waiting counts as idle) to `events` if given. Returns the per
+    micro-batch losses (m,) fp32 on the last stage, None elsewhere."""
     s, p, m = stage.stage_index, stage.num_stages, len(microbatches)
     ranks = list(range(p)) if ranks is None else list(ranks)
     if len(ranks) != p:
@@ -369,7 +379,8 @@ def bubble_fraction(events_per_rank: list[list[dict]]) -> float:
 
 
 def ideal_bubble_fraction(pp_size: int, n_microbatches: int) -> float:
-    "(p - 1) / (m + p - 1): the bubble of GPipe and 1F1B with equal stage costs and free communication (Huang et al. 2019)."
+    """(p - 1) / (m + p - 1): the bubble of GPipe and 1F1B with equal stage costs and free communication (Huang et al.
+    2019)."""
     return (pp_size - 1) / (n_microbatches + pp_size - 1)
 
 
@@ -483,10 +494,10 @@ class Pipeline:
         self.has_last = any(s.is_last for s in self.stages)
 
     def step(self, idx: Tensor, targets: Tensor, loss_scale: float = 1.0, events: list | None = None) -> Tensor | None:
-        """One step's forwards and backwards of the (B, T) int64 batch `idx`/`targets` (the same on every pipeline rank),
-        split along B into `n_microbatches` (ValueError unless B divides): `.grad` accumulates loss_scale x the mean
-        micro-batch loss's gradient. Returns the (m,) fp32 micro-batch losses where `has_last`, None elsewhere. `events`
-        (hand schedules only) collects the timeline as `run_pipeline` does."""
+        """One step's forwards and backwards of the (B, T) int64 batch `idx`/`targets` (the same on every pipeline
+        rank), split along B into `n_microbatches` (ValueError unless B divides): `.grad` accumulates loss_scale x the
+        mean micro-batch loss's gradient. Returns the (m,) fp32 micro-batch losses where `has_last`, None elsewhere.
+        `events` (hand schedules only) collects the timeline as `run_pipeline` does."""
         if idx.ndim != 2 or idx.shape != targets.shape:
             raise ValueError(f"idx and targets must be equal (B, T), got {tuple(idx.shape)}, {tuple(targets.shape)}")
         if idx.size(0) % self.m:
@@ -497,7 +508,7 @@ class Pipeline:
         self._scale = loss_scale / self.m
         losses = []
         self.schedule.step(idx=idx, target=targets, losses=losses)
-        return torch.stack([l.detach() for l in losses]) / self._scale if self.has_last else None
+        return torch.stack([loss.detach() for loss in losses]) / self._scale if self.has_last else None
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "This rank's parameters by optimizer treatment (all its stages merged), for `nanolit.optim.build_optimizer`."
@@ -528,7 +539,8 @@ class Pipeline:
         load_full_optimizer_state_dict(self.stages, optimizer, state)
 
     def mean_loss(self, losses: Tensor | None) -> Tensor:
-        "The step's mean loss on every pipeline rank: broadcast from the rank holding the last stage. Collective over the group."
+        """The step's mean loss on every pipeline rank: broadcast from the rank holding the last stage. Collective over
+        the group."""
         t = (
             losses.mean().to(torch.float64) if self.has_last else torch.zeros((), dtype=torch.float64)
         )  # one dtype on every rank
@@ -536,3 +548,124 @@ class Pipeline:
             dist.broadcast(t, src=self.last_rank, group=self.group)
         # the last stage's loss dtype (fp32 logits, fp64 for an fp64 model); the other ranks infer it from their weights
         return t.to(losses.dtype if self.has_last else torch.promote_types(self.parameters()[0].dtype, torch.float32))
+
+# %% ../../nbs/06d_pipeline_parallel.ipynb #53aa4ff7
+PARAM_GROUP_ORDER = ("matrix", "embedding", "embedding_1d", "lm_head", "lm_head_1d", "scalar", "scalar_1d")
+
+
+def gather_param_groups(
+    optimizer,  # this rank's optimizer
+    group=None,  # the process group whose ranks hold different groups (None: only this rank)
+) -> list[dict]:
+    """Hyperparameters (no params) of every param group any rank of `group` holds, one per name, in `build_optimizer`'s
+    order."""
+    mine = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    parts = [mine]
+    if group is not None:
+        parts = [None] * dist.get_world_size(group)
+        dist.all_gather_object(parts, mine, group=group)
+    by_name = {}
+    for part in parts:
+        for g in part:
+            by_name.setdefault(g["name"], g)
+    return [by_name[n] for n in PARAM_GROUP_ORDER if n in by_name] + [
+        g for n, g in by_name.items() if n not in PARAM_GROUP_ORDER
+    ]
+
+
+class PipelineParallel(Layout):
+    "The pipeline-parallel layout (06a's `Layout`): this rank's stages of the model under one `Pipeline` schedule."
+
+    dim = "pp"
+
+    def __init__(
+        self,
+        mesh: Mesh,  # this rank's mesh
+        schedule: str = "1f1b",  # one of `PIPELINE_SCHEDULES`
+        microbatches: int = 1,  # pipeline micro-batches per micro-step
+        device="cpu",  # where the activations travel from
+    ):
+        super().__init__(mesh)
+        self.schedule, self.m, self.device, self.pipe = schedule, microbatches, device, None
+
+    @property
+    def splits_model(self) -> bool:
+        "Whether there are several stages (each rank trains its own)."
+        return self.size > 1
+
+    def __repr__(self):
+        return f"PipelineParallel(pp {self.size}, {self.schedule} x {self.m} micro-batches)"
+
+# %% ../../nbs/06d_pipeline_parallel.ipynb #c28f569b
+@patch
+def prepare(self: PipelineParallel, model) -> None:
+    "Cut `model` into this rank's stages (`Pipeline`; a tp-split model keeps its shards)."
+    if self.splits_model:
+        ranks = self.mesh.members("pp")
+        self.pipe = Pipeline(model, self.schedule, self.rank, self.size, self.m, self.group, ranks, self.device)
+
+
+@patch
+def param_groups(self: PipelineParallel, model):
+    "This rank's stages' parameters by optimizer treatment (None on one stage)."
+    return self.pipe.param_groups() if self.pipe else None
+
+
+@patch
+def parameters(self: PipelineParallel, model):
+    "This rank's stages' parameters (None on one stage)."
+    return self.pipe.parameters() if self.pipe else None
+
+
+@patch
+def forward_backward(self: PipelineParallel, model, x, y, accum: int, last: bool, extra=None):
+    "The schedule over this micro-step's micro-batches; its mean loss, on every pipeline rank."
+    return self.pipe.mean_loss(self.pipe.step(x, y, loss_scale=1 / accum))
+
+
+@patch
+def sync(self: PipelineParallel, params) -> None:
+    "Give every parameter a gradient (zeros if none): all ranks join every all-reduce."
+    if self.splits_model:
+        zero_missing_grads(params)
+
+
+@patch
+def shard_groups(self: PipelineParallel, p) -> tuple:
+    "(the pp group,): each stage's parameters are a disjoint piece of the model."
+    return (self.group,) if self.splits_model else ()
+
+
+@patch
+def full_state(self: PipelineParallel, model, optimizer) -> dict | None:
+    "Every stage's model and optimizer tensors gathered, and the union of the param groups (`save_dcp_checkpoint`)."
+    if not self.splits_model:
+        return None
+    return dict(
+        model_state=self.pipe.full_state_dict(),
+        optim_state=self.pipe.full_optimizer_state_dict(optimizer),
+        optim_param_groups=gather_param_groups(optimizer, self.group),
+    )
+
+
+@patch
+def load_full_state(self: PipelineParallel, model, optimizer, model_sd: dict, optim_sd: dict) -> bool:
+    "Keep this rank's stages' part of a full state."
+    if not self.splits_model:
+        return False
+    self.pipe.load_full_state_dict(model_sd)
+    self.pipe.load_full_optimizer_state_dict(optimizer, optim_sd)
+    return True
+
+
+@patch
+def gather_model(self: PipelineParallel, model) -> None:
+    "Copy every stage's current weights into this rank's full `model` (for an eval or a sample on it)."
+    if self.splits_model:
+        tp_load_full_state_dict(model, self.pipe.full_state_dict())
+
+
+@patch
+def held(self: PipelineParallel, model):
+    "This rank's stages, as one module (None on one stage)."
+    return nn.ModuleList(self.pipe.stages) if self.pipe else None

@@ -50,12 +50,8 @@ class RunConfig:
     save_every: int = -1  # steps between checkpoints (-1: only at the end)
     keep_last: int = 2  # checkpoints kept
     log_every: int = 10  # steps between log lines when progress is off
-    resume: Literal["false", "true", "auto"] = (
-        "false"  # true: continue from the newest checkpoint (error if none); auto: if one exists
-    )
-    overwrite: bool = (
-        False  # a fresh run into a checkpoint dir that holds checkpoints: delete them first (else an error)
-    )
+    resume: Literal["false", "true", "auto"] = "false"  # true: from the newest checkpoint (or error); auto: if any
+    overwrite: bool = False  # a fresh run into a dir that holds checkpoints deletes them first (else an error)
     stop_after: int = -1  # stop (and checkpoint) after this many steps of the schedule, as a killed job would
     progress: bool = True  # tqdm bar on rank 0
     tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
@@ -280,10 +276,13 @@ def save(
     optimizer=None,  # the optimizer (likewise, unless `optim_state`)
     meta: dict | None = None,  # the stage's own meta keys
     states: list | None = None,  # `gather()`'s result (default: gathered here)
+    optim_param_groups: list | None = None,  # the whole model's param groups, when no rank's optimizer has all
     **full,  # model_state / optim_state: full tensors to save instead (07's `save_dcp_checkpoint`)
 ) -> None:
     "Write checkpoint `step` (DCP, from every rank) with the common meta: config, history, RNG states, versions."
     states = self.gather() if states is None else states
+    if optim_param_groups is not None:  # e.g. pipeline stages: only the last one has lm_head's group
+        meta, optimizer = dict(meta or {}, optim_param_groups=optim_param_groups), None
     meta = dict(
         step=step,
         config=asdict(self.cfg),
@@ -298,6 +297,15 @@ def save(
 
 # %% ../nbs/10b_run.ipynb #f956c791
 @patch
+def step_dir(
+    self: Run,
+    step: int,  # a checkpoint step
+):
+    "The directory of checkpoint `step` of this run."
+    return _step_dir(self.dir, step)
+
+
+@patch
 def load_meta(
     self: Run,
     num_steps: int,  # this run's horizon
@@ -306,7 +314,7 @@ def load_meta(
 ) -> tuple[int, dict]:
     "The newest complete checkpoint's (step, meta), checked against this run (model, tokenizer, horizon)."
     step = find_last_step(self.dir)
-    meta = json.loads((_step_dir(self.dir, step) / "meta.json").read_text())
+    meta = json.loads((self.step_dir(step) / "meta.json").read_text())
     check_model_config(meta, model_config, self.dir)
     if tokenizer is not None:
         check_tokenizer(tokenizer, meta, self.dir)  # the ids must mean what they meant when it was trained
@@ -351,11 +359,13 @@ def complete(
 def stopped(
     self: Run,
     done: int,  # optimizer steps completed
+    num_steps: int | None = None,  # the horizon (for the message)
 ) -> dict:
     "Close the bar and return the result of a run stopped early by `stop_after`: {history, stopped_at, checkpoint}."
     if self.bar is not None:
         self.bar.close()
-    print0(f"stopped after step {done} (stop_after); resume with --resume true")
+    of = f" of {num_steps}" if num_steps is not None else ""
+    print0(f"stopped after step {done}{of} (stop_after); resume with --resume true")
     return dict(history=self.history, stopped_at=done, checkpoint=str(self.dir))
 
 

@@ -1,4 +1,4 @@
-"""The pretraining loop, in the open: gradient accumulation, data-parallel gradient averaging, the schedule, logging of loss, tok/s and MFU, val bits per byte, samples, checkpoints and exact resume.
+"""The pretraining loop in the open: accumulation, the layout on the mesh, the schedule, logs, evals, checkpoints, exact resume.
 
 Docs: https://nanolit.github.io/nanolit/train.html.md"""
 
@@ -6,282 +6,182 @@ Docs: https://nanolit.github.io/nanolit/train.html.md"""
 
 # %% ../nbs/11_train.ipynb #d066472e
 from __future__ import annotations
-import json
 import math
 import os
 import time
-import platform
-from contextlib import nullcontext
-from dataclasses import dataclass, asdict, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass
+from typing import Literal
 
 import torch
-import torch.distributed as dist
-from torch import Tensor
-from tqdm.auto import tqdm
 
-from nanolit.core import (
-    dist_init,
-    dist_cleanup,
-    print0,
-    seed_everything,
-    get_base_dir,
-    get_peak_flops,
-    git_commit,
-    get_rng_state,
-    set_rng_state,
-    rng_state_to_json,
-    rng_state_from_json,
-    COMPUTE_DTYPE,
-    cli_from_dataclass,
-)
-from .tokenizer import get_tokenizer, check_tokenizer
+from .core import COMPUTE_DTYPE
+from .core import cli_from_dataclass
+from .core import dist_cleanup
+from .core import get_peak_flops
+from .core import print0
+from .tokenizer import get_tokenizer
 from .data import DataLoader, iter_documents
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
-from .optim import build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
-from .parallel.mesh import init_mesh
-from nanolit.parallel.data_parallel import (
-    allreduce_gradients,
-    broadcast_parameters,
-    wrap_ddp,
-    shard_optimizer,
-    apply_fsdp,
-    clip_grad_norm_,
-    replicas_max_diff,
-)
-from nanolit.parallel.tensor_parallel import (
-    parallelize,
-    tensor_parallel_optimizer,
-    clip_grad_norm_tp_,
-    full_state_dict,
-    load_full_state_dict,
-    full_optimizer_state_dict,
-    load_full_optimizer_state_dict,
-)
-from .parallel.pipeline_parallel import Pipeline, PIPELINE_SCHEDULES
-from .parallel.expert_parallel import MoE, moeify, moe_aux_loss
-from .parallel.context_parallel import cp_shard, context_parallel
-from nanolit.checkpoint import (
-    checkpoint_dir,
-    load_checkpoint,
-    find_last_step,
-    save_dcp_checkpoint,
-    list_checkpoints,
-    load_dcp_checkpoint,
-    is_dcp_checkpoint,
-    clean_stale_temps,
-    _step_dir,
-    _remove_checkpoint,
-    _param_groups_json,
-)
+from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
+from .parallel.mesh import MeshLayout, init_mesh
+from .parallel.data_parallel import DP_MODES, DataParallel, clip_grad_norm_
+from .parallel.tensor_parallel import TensorParallel
+from .parallel.pipeline_parallel import PIPELINE_SCHEDULES, PipelineParallel
+from .parallel.expert_parallel import ExpertParallel, moeify, moe_aux_loss
+from .parallel.context_parallel import ContextParallel
+from .checkpoint import is_dcp_checkpoint, load_checkpoint, load_dcp_checkpoint
 from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_bpb, unigram_token_bpb
+from .run import Run, RunConfig, check_resume
 
 # %% auto #0
-__all__ = ['MAX_SEQUENCE_LEN', 'DP_MODES', 'MEMORY_REFUSE_FACTOR', 'PARAM_GROUP_ORDER', 'SAMPLE_PROMPTS', 'main', 'TrainConfig',
-           'validate_config', 'activation_bytes', 'train_state_bytes', 'device_memory_bytes', 'check_memory',
-           'train_memory_bytes', 'grad_accum_steps', 'horizon', 'resume_mode', 'no_sync', 'check_resume',
-           'check_model_config', 'check_fresh_dir', 'mfu', 'expert_param_ids', 'sync_gradients', 'clip_grad_norm_mesh_',
-           'gather_param_groups', 'restore_param_groups_by_name', 'expert_parallel_full_state',
-           'load_expert_parallel_full_state', 'train']
+__all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'SAMPLE_PROMPTS', 'main',
+           'TrainConfig', 'check_values', 'check_layout', 'microbatches', 'validate_config', 'activation_bytes',
+           'train_state_bytes', 'device_memory_bytes', 'check_memory', 'train_memory_bytes', 'grad_accum_steps',
+           'horizon', 'mfu', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'model_config',
+           'build_train_model', 'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective',
+           'micro_steps', 'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training',
+           'finish_training', 'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
-class TrainConfig:
-    """Every knob of a pretraining run (each field's comment gives its meaning and unit; sizes in tokens or ranks,
-    rates per optimizer step). Saved with each checkpoint and report; `validate_config` raises ValueError on a bad value.
-    Each field is also a `--kebab-case` command-line option of `main`."""
+class TrainConfig(OptimConfig, RunConfig):
+    "Every knob of a pretraining run: the shared run (10b) and optimizer (05) fields, and these; units in the comments."
 
-    tag: str = "d4"  # run name: checkpoints go to $NANOLIT_BASE_DIR/checkpoints/base/<tag>
     depth: int = 4  # the one dial: model size (GPTConfig.from_depth)
     aspect_ratio: int = 64  # model width = depth * aspect_ratio (rounded to head_dim)
     head_dim: int = 64
     window_pattern: str = "SSSL"  # S = short (sliding) window, L = full context, tiled over layers
     sequence_len: int = 256  # tokens per row (T)
-    device_batch_size: int = 8  # rows per micro-step per rank (B)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
-    num_iterations: int = -1  # optimizer steps; -1: from target_param_data_ratio
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
-    matrix_lr: float = 0.02  # Muon lr for hidden matrices
-    embedding_lr: float = 0.2  # AdamW lr for token/value embeddings
-    unembedding_lr: float = 0.004  # AdamW lr for the lm head
-    scalar_lr: float = 0.5  # AdamW lr for per-layer scalars
-    weight_decay: float = 0.0
     warmup_steps: int = 0
-    warmdown_ratio: float = 0.4  # fraction of steps for the final linear decay (WSD schedule)
     final_lr_frac: float = 0.0
     grad_clip: float = 0.0  # clip the global grad norm (after sync); 0 = off
-    dp_mode: str = "naive"  # data parallel rung (06b): naive | ddp | zero1 | fsdp2
+    dp_mode: Literal[DP_MODES] = "naive"  # data parallel rung (06b)
     tp: int = 1  # tensor-parallel size (06c): every matrix split over tp ranks; dp = world / tp (naive dp only)
     sp: bool = False  # sequence parallel on top of tp: norms and residuals on sequence shards
     pp: int = 1  # pipeline-parallel size (06d): the layers cut into pp stages; composes with dp and tp
-    pp_schedule: str = (
-        "1f1b"  # hand_afab | hand_1f1b | gpipe | 1f1b | interleaved_1f1b | looped_bfs | interleaved_zb | zbv
-    )
-    microbatches: int = (
-        -1
-    )  # pipeline micro-batches per micro-step (must divide device_batch_size); -1: device_batch_size
+    pp_schedule: Literal[PIPELINE_SCHEDULES] = "1f1b"  # pipeline schedule (06d)
+    microbatches: int = -1  # pipeline micro-batches per micro-step (must divide device_batch_size); -1: its value
     moe_experts: int = 0  # mixture of experts (06e): experts per MLP layer; 0 = dense MLPs
     moe_top_k: int = 2  # experts per token
     moe_hidden: int = -1  # hidden width of each expert; -1: 4 * n_embd (like the dense MLP)
     moe_aux_coef: float = 0.01  # weight of the Switch load-balancing loss (per micro-batch, summed over layers)
     ep: int = 1  # expert-parallel size (06e): experts split over ep ranks, tokens by all-to-all; composes with dp
     cp: int = 1  # context-parallel size (06f): each sequence split over cp ranks, ring attention; composes with dp
-    eval_every: int = 100  # steps between val bpb evaluations (-1: only at the end)
-    eval_tokens: int = (
-        65536  # val tokens per periodic eval: the first ceil(eval_tokens / T) rows of the val stream, at any layout
-    )
+    eval_tokens: int = 65536  # val tokens per periodic eval: the first ceil(eval_tokens / T) val rows, at any layout
     sample_every: int = -1  # steps between samples (-1: only at the end)
-    save_every: int = -1  # steps between checkpoints (-1: only at the end)
-    keep_last: int = 2  # checkpoints kept
-    log_every: int = 10
-    seed: int = 42
-    loader_buffer: int = (
-        1000  # documents each loader buffers for best-fit packing (small: faster start, looser packing)
-    )
-    resume: str = "false"  # "true": continue from the newest complete checkpoint (error if none); "auto": continue if one exists, else start fresh
-    overwrite: bool = (
-        False  # a fresh run into a checkpoint dir that holds checkpoints: delete them first (else an error)
-    )
+    loader_buffer: int = 1000  # documents each loader buffers for best-fit packing (small: faster start, looser)
     allow_long_sequence: bool = False  # permit sequence_len above MAX_SEQUENCE_LEN (65536)
     compile: bool = False  # torch.compile the model (minutes of cold compile on a CPU)
     data_dir: str = ""  # default $NANOLIT_BASE_DIR/data
-    tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
-    out_dir: str = ""  # default $NANOLIT_BASE_DIR/checkpoints/base/<tag>
-    stop_after: int = -1  # stop (and checkpoint) after this many steps of the schedule, as a killed job would
-    progress: bool = True  # tqdm bar on rank 0
 
 # %% ../nbs/11_train.ipynb #6c1e06dd
 MAX_SEQUENCE_LEN = 65536
-DP_MODES = ("naive", "ddp", "zero1", "fsdp2")  # the data-parallel rungs of 06b (see "Which data-parallel rung" below)
+POSITIVE = ("depth", "aspect_ratio", "head_dim", "sequence_len", "eval_tokens", "loader_buffer", "tp", "pp", "ep")
+POSITIVE += ("cp", "moe_top_k")  # ints >= 1
+AUTO = ("total_batch_size", "sample_every", "microbatches", "moe_hidden")  # -1 (derived) or ints >= 1
+RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac")
+RATES += ("warmup_steps", "moe_aux_coef")  # finite numbers >= 0
 
 
-def validate_config(cfg: TrainConfig) -> None:
-    "ValueError naming the first invalid option of `cfg` (sizes, counts, rates, modes); called at the start of `train`."
-
-    def bad(name, why):
-        raise ValueError(f"--{name.replace('_', '-')} {getattr(cfg, name)!r}: {why}")
-
-    for n in (
-        "depth",
-        "aspect_ratio",
-        "head_dim",
-        "sequence_len",
-        "device_batch_size",
-        "keep_last",
-        "log_every",
-        "eval_tokens",
-        "loader_buffer",
-        "tp",
-        "pp",
-        "ep",
-        "cp",
-        "moe_top_k",
-    ):
+def check_values(
+    cfg: TrainConfig,  # the run's config
+) -> None:
+    "ValueError naming the first option of `cfg` with an invalid value (sizes, counts, rates, modes, lengths)."
+    cfg.check()  # the shared fields (10b)
+    for n in POSITIVE:
         v = getattr(cfg, n)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            bad(n, "must be an int >= 1")
-    for n in (
-        "total_batch_size",
-        "num_iterations",
-        "eval_every",
-        "sample_every",
-        "save_every",
-        "stop_after",
-        "microbatches",
-        "moe_hidden",
-    ):
+            cfg.bad(n, "must be an int >= 1")
+    for n in AUTO:
         v = getattr(cfg, n)
         if isinstance(v, bool) or not isinstance(v, int) or (v < 1 and v != -1):
-            bad(n, "must be -1 or an int >= 1")
-    for n in (
-        "matrix_lr",
-        "embedding_lr",
-        "unembedding_lr",
-        "scalar_lr",
-        "weight_decay",
-        "grad_clip",
-        "final_lr_frac",
-        "warmup_steps",
-        "moe_aux_coef",
-    ):
+            cfg.bad(n, "must be -1 or an int >= 1")
+    for n in RATES:
         v = getattr(cfg, n)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            bad(n, "must be a finite number >= 0")
-    if not 0 <= cfg.warmdown_ratio <= 1:
-        bad("warmdown_ratio", "must be in [0, 1]")
+            cfg.bad(n, "must be a finite number >= 0")
     if not cfg.target_param_data_ratio > 0:
-        bad("target_param_data_ratio", "must be > 0")
+        cfg.bad("target_param_data_ratio", "must be > 0")
     if cfg.dp_mode not in DP_MODES:
         raise ValueError(f"dp_mode must be one of {DP_MODES}, got {cfg.dp_mode!r}")
-    if str(cfg.resume).strip().lower() not in ("true", "yes", "1", "false", "no", "0", "", "auto"):
-        bad("resume", "must be true, false or auto")
+    if cfg.pp_schedule not in PIPELINE_SCHEDULES:
+        cfg.bad("pp_schedule", f"must be one of {PIPELINE_SCHEDULES}")
     if not cfg.window_pattern or set(cfg.window_pattern.upper()) - set("SL"):
-        bad("window_pattern", "must be a string of S and L")
+        cfg.bad("window_pattern", "must be a string of S and L")
     if cfg.sequence_len > MAX_SEQUENCE_LEN and not cfg.allow_long_sequence:
-        bad(
+        cfg.bad(
             "sequence_len",
             f"is above {MAX_SEQUENCE_LEN}; activations grow with it (attention's even quadratically), "
             f"so pass --allow-long-sequence true if you really mean it",
         )
-    if cfg.tp > 1 and cfg.dp_mode != "naive":
-        bad(
-            "dp_mode",
-            f"with --tp {cfg.tp} only naive data parallelism is supported for now (ddp/zero1/fsdp2 are not "
-            "combined with hand-built tensor parallelism)",
-        )
-    if cfg.sp and cfg.tp == 1:
-        bad("sp", "sequence parallelism needs --tp > 1")
-    # the newer mesh dimensions (06d-06f), and which combinations are built and tested
     if isinstance(cfg.moe_experts, bool) or not isinstance(cfg.moe_experts, int) or cfg.moe_experts < 0:
-        bad("moe_experts", "must be an int >= 0 (0: dense MLPs)")
+        cfg.bad("moe_experts", "must be an int >= 0 (0: dense MLPs)")
     if cfg.moe_experts and cfg.moe_top_k > cfg.moe_experts:
-        bad("moe_top_k", f"must be <= --moe-experts {cfg.moe_experts}")
-    if cfg.pp_schedule not in PIPELINE_SCHEDULES:
-        bad("pp_schedule", f"must be one of {PIPELINE_SCHEDULES}")
-    for n in ("pp", "ep", "cp"):
+        cfg.bad("moe_top_k", f"must be <= --moe-experts {cfg.moe_experts}")
+
+# %% ../nbs/11_train.ipynb #f63e4385
+BUILT = ("pp", "ep"), ("pp", "cp"), ("pp", "moe_experts"), ("tp", "ep"), ("tp", "cp"), ("tp", "moe_experts")
+BUILT += (
+    ("cp", "ep"),
+    ("cp", "moe_experts"),
+)  # pairs that are not combined (built and tested: pp x dp x tp, ep x dp, cp x dp)
+
+
+def check_layout(
+    cfg: TrainConfig,  # the run's config
+) -> None:
+    "ValueError naming the first parallel-layout option of `cfg` that is not built or does not fit the model."
+    for n in ("tp", "pp", "ep", "cp"):
         if getattr(cfg, n) > 1 and cfg.dp_mode != "naive":
-            bad("dp_mode", f"with --{n} {getattr(cfg, n)} only naive data parallelism is supported")
-        if getattr(cfg, n) > 1 and cfg.compile:
-            bad("compile", f"is not supported with --{n} > 1")
+            cfg.bad("dp_mode", f"with --{n} {getattr(cfg, n)} only naive data parallelism is supported")
+        if getattr(cfg, n) > 1 and cfg.compile and n != "tp":
+            cfg.bad("compile", f"is not supported with --{n} > 1")
+    if cfg.sp and cfg.tp == 1:
+        cfg.bad("sp", "sequence parallelism needs --tp > 1")
     if cfg.pp > 1:
         if cfg.pp > cfg.depth:
-            bad("pp", f"needs at least one layer per stage (depth {cfg.depth})")
+            cfg.bad("pp", f"needs at least one layer per stage (depth {cfg.depth})")
         if cfg.sp:
-            bad("sp", "sequence parallelism is not supported inside pipeline stages; use --tp without --sp")
-        m = cfg.device_batch_size if cfg.microbatches == -1 else cfg.microbatches
+            cfg.bad("sp", "sequence parallelism is not supported inside pipeline stages; use --tp without --sp")
+        m = microbatches(cfg)
         if cfg.device_batch_size % m:
-            bad("microbatches", f"must divide --device-batch-size {cfg.device_batch_size}")
+            cfg.bad("microbatches", f"must divide --device-batch-size {cfg.device_batch_size}")
         if m < cfg.pp and cfg.pp_schedule not in ("hand_afab", "hand_1f1b", "gpipe"):
-            bad(
+            cfg.bad(
                 "microbatches",
                 f"{m} is below --pp {cfg.pp}: torch's {cfg.pp_schedule} needs at least one micro-batch per "
                 f"stage (raise --device-batch-size, or use gpipe / hand_1f1b)",
             )
-    if cfg.ep > 1:
-        if not cfg.moe_experts or cfg.moe_experts % cfg.ep:
-            bad("ep", f"needs --moe-experts > 0 divisible by it (got {cfg.moe_experts})")
+    if cfg.ep > 1 and (not cfg.moe_experts or cfg.moe_experts % cfg.ep):
+        cfg.bad("ep", f"needs --moe-experts > 0 divisible by it (got {cfg.moe_experts})")
     if cfg.cp > 1 and cfg.sequence_len % (2 * cfg.cp):
-        bad(
-            "cp",
-            f"needs --sequence-len divisible by 2 * cp = {2 * cfg.cp} (two chunks per rank, head-tail load balance)",
+        cfg.bad(
+            "cp", f"needs --sequence-len divisible by 2 * cp = {2 * cfg.cp} (two chunks per rank, head-tail balance)"
         )
-    combos = [
-        ("pp", "ep"),
-        ("pp", "cp"),
-        ("pp", "moe_experts"),
-        ("tp", "ep"),
-        ("tp", "cp"),
-        ("tp", "moe_experts"),
-        ("cp", "ep"),
-        ("cp", "moe_experts"),
-    ]
-    for a, b in combos:
+    for a, b in BUILT:
         if getattr(cfg, a) > 1 and getattr(cfg, b) > (0 if b == "moe_experts" else 1):
-            bad(
+            cfg.bad(
                 a,
-                f"is not combined with --{b.replace('_', '-')} {getattr(cfg, b)} (built and tested: pp x dp x tp, "
-                f"ep x dp with MoE, cp x dp)",
+                f"is not combined with --{b.replace('_', '-')} {getattr(cfg, b)} (built and tested: pp x dp x "
+                "tp, ep x dp with MoE, cp x dp)",
             )
+
+
+def microbatches(
+    cfg: TrainConfig,  # the run's config
+) -> int:
+    "Pipeline micro-batches per micro-step: `microbatches`, or -1 for one per row."
+    return cfg.device_batch_size if cfg.microbatches == -1 else cfg.microbatches
+
+
+def validate_config(
+    cfg: TrainConfig,  # the run's config
+) -> None:
+    "ValueError naming the first invalid option of `cfg` (values, then the layout); called at the start of `train`."
+    check_values(cfg)
+    check_layout(cfg)
 
 # %% ../nbs/11_train.ipynb #2d92567f
 MEMORY_REFUSE_FACTOR = 1.25  # refuse a run whose estimate exceeds the device memory by more than this; warn above 1
@@ -336,18 +236,21 @@ def device_memory_bytes(device) -> float:
         return float("inf")
 
 
+def _gib(b: float) -> str:
+    return f"{b / 2**30:,.1f} GiB"
+
+
 def check_memory(need: float, have: float, what: str) -> str | None:
     """ValueError if `need` bytes exceed `have` by more than `MEMORY_REFUSE_FACTOR` (the run cannot fit); a warning
     line (str) if they exceed `have` at all; None if they fit. `what` describes the run in the messages."""
-    gib = lambda b: f"{b / 2**30:,.1f} GiB"
     if need > MEMORY_REFUSE_FACTOR * have:
         raise ValueError(
-            f"{what} needs about {gib(need)} per rank, more than {MEMORY_REFUSE_FACTOR}x the {gib(have)} of "
+            f"{what} needs about {_gib(need)} per rank, more than {MEMORY_REFUSE_FACTOR}x the {_gib(have)} of "
             f"memory: lower --device-batch-size or --sequence-len (keep the batch with --total-batch-size)"
         )
     if need > have:
         return (
-            f"warning: {what} needs about {gib(need)} per rank, above the {gib(have)} of memory: it may run out "
+            f"warning: {what} needs about {_gib(need)} per rank, above the {_gib(have)} of memory: it may run out "
             f"(lower --device-batch-size if it does)"
         )
     return None
@@ -406,222 +309,35 @@ def horizon(num_iterations: int, n_params: int, tokens_per_step: int, ratio: flo
     "Optimizer steps: `num_iterations` if > 0, else ceil(ratio * n_params / tokens_per_step)."
     return num_iterations if num_iterations > 0 else max(1, math.ceil(ratio * n_params / tokens_per_step))
 
-# %% ../nbs/11_train.ipynb #cec8ed1c
-def resume_mode(resume: str | bool, ckpt_dir) -> bool:
-    "Whether to resume: 'true'/'yes' (a checkpoint must exist), 'auto' (if one exists), 'false'/'no'. ValueError otherwise."
-    r = str(resume).strip().lower()
-    if r in ("false", "no", "0", ""):
-        return False
-    if r in ("true", "yes", "1"):
-        find_last_step(ckpt_dir)  # raises FileNotFoundError with a clear message if there is none
-        return True
-    if r == "auto":
-        try:
-            find_last_step(ckpt_dir)
-            return True
-        except FileNotFoundError:
-            return False
-    raise ValueError(f"resume must be true, false or auto, got {resume!r}")
-
-# %% ../nbs/11_train.ipynb #b843f015
-def no_sync(step_model, mode: str, skip: bool):
-    """Context for one micro-step's backward: with `skip` (not the last micro-step) gradients stay local. DDP:
-    `model.no_sync()`; FSDP2: `set_requires_gradient_sync(not skip)` (set before the backward, as FSDP2 wants);
-    naive and zero1 only communicate after the loop anyway."""
-    if mode == "ddp" and skip:
-        return step_model.no_sync()
-    if mode == "fsdp2":
-        step_model.set_requires_gradient_sync(not skip)
-    return nullcontext()
-
-
-def check_resume(meta: dict, n_slots: int, world: int, accum: int) -> None:
-    """ValueError unless a checkpoint's data slots (saved world × accum) equal this run's: the loader state of slot k
-    is the position in data shard k of n_slots, so it moves to any (world, accum) with the same product, never to another."""
-    saved = meta.get("n_slots")
-    if saved != n_slots:
-        raise ValueError(
-            f"checkpoint was written with {saved} data slots (world {meta.get('world_size')} x accum "
-            f"{meta.get('accum', '?')}), this run has {n_slots} (world {world} x accum {accum}): each slot is "
-            f"a shard of the data with its own position, so keep world x accum the same (set total_batch_size "
-            f"= {saved} * device_batch_size * sequence_len with the same device_batch_size and sequence_len)"
-        )
-
-
-def check_model_config(meta: dict, model_config: dict, ckpt_dir) -> None:
-    """ValueError naming every field of the model config that differs between a checkpoint's `meta["model_config"]` and
-    this run's (e.g. `n_layer: checkpoint 2, this run 4` after another `--depth`): one clear line instead of torch's
-    wall of size mismatches."""
-    saved = meta.get("model_config")
-    if saved is None:
-        raise ValueError(f"{ckpt_dir}: meta.json has no model_config; not a nanolit training checkpoint")
-    diff = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in model_config.items() if saved.get(k) != v]
-    if diff:
-        old = meta.get("config") or {}
-        hint = ", ".join(
-            f"--{k.replace('_', '-')} {old[k]}"
-            for k in ("depth", "aspect_ratio", "head_dim", "window_pattern", "sequence_len")
-            if k in old
-        )
-        raise ValueError(
-            f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "
-            f"Resume with the checkpoint's settings ({hint}) or start a new run under another --tag"
-        )
-
-
-def check_fresh_dir(ckpt_dir, overwrite: bool) -> list[int]:
-    """The complete checkpoints a fresh (not resumed) run would clobber: [] if none; FileExistsError unless `overwrite`
-    (then they are returned, for rank 0 to delete). Mixing two runs in one directory breaks `keep_last` (the old run's
-    newer steps count against the new one's) and resume (which would pick the old run's newest step)."""
-    steps = list_checkpoints(ckpt_dir)
-    if steps and not overwrite:
-        raise FileExistsError(
-            f"{ckpt_dir} already holds checkpoints of another run (steps {steps}). Use a new --tag, "
-            f"--resume true (or auto) to continue that run, or --overwrite true to delete them first"
-        )
-    return steps
-
 # %% ../nbs/11_train.ipynb #5e3fd746
 def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:
     "Model FLOPs utilisation in [0, 1]: flops_per_token * tokens_per_s / peak_flops (0 when the peak is unknown)."
     return 0.0 if not math.isfinite(peak_flops) or peak_flops <= 0 else flops_per_token * tokens_per_s / peak_flops
 
-# %% ../nbs/11_train.ipynb #49dc6ecb
-def _size(group) -> int:
-    return dist.get_world_size(group) if group is not None else 1
+# %% ../nbs/11_train.ipynb #63800cb6
+def build_layout(
+    cfg: TrainConfig,  # the run's config
+    mesh,  # the run's mesh (`init_mesh`)
+    device="cpu",  # this rank's device (pipeline activations travel from it)
+) -> MeshLayout:
+    "The run's parallel layout: one part per mesh dim (06b-06f), innermost first, composed on `mesh` (06a)."
+    dp = DataParallel(mesh, cfg.dp_mode)
+    cp = ContextParallel(mesh)
+    pp = PipelineParallel(mesh, cfg.pp_schedule, microbatches(cfg), device)
+    step = pp if pp.size > 1 else cp if cp.size > 1 else dp  # who runs a micro-step: the schedule, the ring, or plain
+    return MeshLayout(mesh, [TensorParallel(mesh, cfg.sp), cp, ExpertParallel(mesh), dp, pp], step)
 
 
-def expert_param_ids(model) -> set[int]:
-    "ids of the parameters held by expert-parallel `MoE` layers (`w_fc`, `w_proj`: each ep rank holds other experts)."
-    return {id(p) for m in model.modules() if isinstance(m, MoE) and m.group is not None for p in (m.w_fc, m.w_proj)}
-
-
-@torch.no_grad()
-def sync_gradients(params, expert_ids=frozenset(), dp_group=None, ep_group=None, cp_group=None) -> None:
-    """Turn every rank's local `.grad` into the gradient of the global mean loss on a pp x dp x ep x cp x tp mesh, in
-    place, one all-reduce per tensor and group (the naive rung of 06b): summed over cp (each rank's loss is its share
-    of the sum), then averaged over ep and dp for replicated weights; for expert weights (`expert_ids`) averaged over dp
-    and divided by the ep size. A missing `.grad` becomes zeros first, since every rank must join every all-reduce."""
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    if cp_group is not None:
-        for p in params:
-            dist.all_reduce(p.grad, group=cp_group)
-    if ep_group is not None:
-        allreduce_gradients([p for p in params if id(p) not in expert_ids], ep_group)  # replicated: average over ep
-        for p in params:
-            if id(p) in expert_ids:
-                p.grad.div_(_size(ep_group))
-    if dp_group is not None:
-        allreduce_gradients(params, dp_group)
-
-
-@torch.no_grad()
-def clip_grad_norm_mesh_(params, max_norm: float, replicas) -> Tensor:
-    """Clip `.grad` of `params` in place by the L2 norm of the whole model's gradient on any mesh, counting each element
-    once: this rank adds sum(g^2) / replicas(p) per tensor, where `replicas(p)` is the number of ranks holding an
-    identical copy, and one all-reduce over the world sums them (gradients must already be synchronised). Same rule as
-    `torch.nn.utils.clip_grad_norm_`: g *= min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping (0-D,
-    fp64 if any gradient is, else fp32). ValueError if `max_norm <= 0`."""
-    if not max_norm > 0:
-        raise ValueError(f"max_norm must be > 0, got {max_norm}")
-    params = [p for p in params if p.grad is not None]
-    acc = torch.float64 if any(p.grad.dtype == torch.float64 for p in params) else torch.float32
-    dev = params[0].grad.device if params else "cpu"
-    sq = torch.zeros((), dtype=acc, device=dev)
-    for p in params:
-        sq += p.grad.to(acc).pow(2).sum() / replicas(p)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(sq)
-    total = sq.sqrt()
-    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
-    for p in params:
-        p.grad.mul_(coef.to(p.grad.dtype))
-    return total
-
-# %% ../nbs/11_train.ipynb #e2ce11b5
-PARAM_GROUP_ORDER = (
-    "matrix",
-    "embedding",
-    "embedding_1d",
-    "lm_head",
-    "lm_head_1d",
-    "scalar",
-    "scalar_1d",
-)  # build_optimizer's
-
-
-def gather_param_groups(optimizer, group=None) -> list[dict]:
-    """Hyperparameters (no params) of every optimizer param group held by any rank of `group`, one per name, in
-    `build_optimizer`'s order: the groups one process would have. Pipeline ranks hold different groups (only the last
-    stage has `lm_head`); a checkpoint stores this union so it loads at any pp. Collective over `group`."""
-    parts = [_param_groups_json(optimizer)]
-    if _size(group) > 1:
-        parts = [None] * _size(group)
-        dist.all_gather_object(parts, _param_groups_json(optimizer), group=group)
-    by_name = {}
-    for part in parts:
-        for g in part:
-            by_name.setdefault(g["name"], g)
-    return [by_name[n] for n in PARAM_GROUP_ORDER if n in by_name] + [
-        g for n, g in by_name.items() if n not in PARAM_GROUP_ORDER
-    ]
-
-
-def restore_param_groups_by_name(optimizer, saved: list[dict]) -> None:
-    "Set each of `optimizer`'s param groups' hyperparameters from the saved group of the same name. ValueError if one is missing."
+def restore_param_groups_by_name(
+    optimizer,  # this rank's optimizer
+    saved: list[dict],  # a checkpoint's `optim_param_groups`
+) -> None:
+    "Set each param group's hyperparameters from the saved group of the same name; ValueError if one is missing."
     by_name = {g.get("name"): g for g in saved}
     for g in optimizer.param_groups:
         if g.get("name") not in by_name:
             raise ValueError(f"checkpoint has no optimizer param group {g.get('name')!r}")
         g.update({k: tuple(v) if k == "betas" else v for k, v in by_name[g["name"]].items()})
-
-
-def _gather_experts(t: Tensor, group) -> Tensor:
-    parts = [torch.empty_like(t) for _ in range(_size(group))]
-    dist.all_gather(parts, t.contiguous(), group=group)
-    return torch.cat(parts)
-
-
-def expert_parallel_full_state(model, optimizer, group) -> tuple[dict, dict]:
-    """(model state dict, {"<param name>/<state key>": tensor} optimizer state) of an expert-parallel model with every
-    expert tensor (weights and their optimizer state, (E/ep, ...) per rank) gathered over the ep `group` into (E, ...),
-    experts in rank order: the tensors of the same model on one rank. Collective over `group`."""
-    experts = expert_param_ids(model)
-    names = {n for n, p in model.named_parameters() if id(p) in experts}
-    msd = {k: (_gather_experts(v, group) if k in names else v).detach().clone() for k, v in model.state_dict().items()}
-    osd = {}
-    for n, p in model.named_parameters():  # the same order on every rank: the all-gathers pair up
-        for k, v in sorted(optimizer.state.get(p, {}).items()):
-            if torch.is_tensor(v):
-                osd[f"{n}/{k}"] = _gather_experts(v, group) if n in names and v.ndim else v.detach().clone()
-    return msd, osd
-
-
-@torch.no_grad()
-def load_expert_parallel_full_state(model, optimizer, model_sd: dict, optim_sd: dict, group) -> None:
-    """Inverse of `expert_parallel_full_state` for this rank of the ep `group`: expert tensors (E, ...) are sliced to
-    this rank's [r E/ep, (r+1) E/ep); everything else is copied. Replaces the optimizer's per-parameter state.
-    ValueError if an expert tensor's leading size is not E (a checkpoint of another model)."""
-    experts, r, W = expert_param_ids(model), dist.get_rank(group), _size(group)
-    params = dict(model.named_parameters())
-
-    def own(name, v):
-        p = params.get(name)
-        if p is None or id(p) not in experts or not v.ndim:
-            return v
-        if v.size(0) != p.size(0) * W:
-            raise ValueError(f"{name}: {v.size(0)} experts in the checkpoint, this model has {p.size(0) * W}")
-        return v[r * p.size(0) : (r + 1) * p.size(0)]
-
-    model.load_state_dict({k: own(k, v) for k, v in model_sd.items()})
-    optimizer.state.clear()
-    for key, v in optim_sd.items():
-        name, k = key.rsplit("/", 1)
-        if name not in params:
-            raise ValueError(f"optimizer state for unknown parameter {name!r}")
-        optimizer.state[params[name]][k] = own(name, v).to(params[name].device).clone()
 
 # %% ../nbs/11_train.ipynb #ee8272e1
 def _sample(model, tok, prompts, max_tokens=32, device="cpu"):
@@ -651,442 +367,451 @@ def _save_plot(history, path):
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
-# %% ../nbs/11_train.ipynb #b9ec8ab9
-def train(cfg: TrainConfig) -> dict:
-    """Pretrain a GPT per `cfg` on this process or on every rank of a launch; returns {'history', 'final_val_bpb' (the
-    exact-once bpb of the whole val split, `evaluate_bpb_exact`; its counts in 'val_exact', also in the last meta.json),
-    'tok_per_s', 'mfu', 'checkpoint', 'samples', 'replica_max_diff', ...} (or {'history', 'stopped_at', 'checkpoint'}
-    after `stop_after`). The mesh is pp x dp x ep x cp x tp (`init_mesh`); dp = world / (pp ep cp tp). Checkpoints are
-    DCP (`save_dcp_checkpoint`) in every mode; under tp, pp or ep they hold the gathered full tensors, so they load at any
-    tp/pp/ep and into a plain model. Raises ValueError for an invalid config (`validate_config`), a step that
-    cannot fit in memory (`check_memory`), a total batch that doesn't divide, or a resume whose data slots (data ranks x accum), model
-    config or step (> num_steps) don't fit this run; FileExistsError for a fresh run into a checkpoint dir that already
-    holds checkpoints (unless `overwrite`)."""
-    validate_config(cfg)
-    ckpt_dir = Path(cfg.out_dir) if cfg.out_dir else checkpoint_dir("base", cfg.tag)
-    resuming = resume_mode(cfg.resume, ckpt_dir)  # FileNotFoundError for --resume true without a checkpoint
-    stale = [] if resuming else check_fresh_dir(ckpt_dir, cfg.overwrite)
-    info = dist_init()
-    device, rank, world = info.device, info.rank, info.world_size
-    # pp outermost, tp innermost (ranks of a tp group are neighbours); dp = world / (pp ep cp tp)
-    mesh = init_mesh(pp=cfg.pp, ep=cfg.ep, cp=cfg.cp, tp=cfg.tp)
-    dp_group, dp_rank, dp_size = mesh.group("dp"), mesh.local_rank("dp"), mesh.size("dp")
-    tp_group, tp_rank, tp = mesh.group("tp"), mesh.local_rank("tp"), mesh.size("tp")
-    pp_group, pp_rank, pp = mesh.group("pp"), mesh.local_rank("pp"), mesh.size("pp")
-    ep_group, ep_rank, ep = mesh.group("ep"), mesh.local_rank("ep"), mesh.size("ep")
-    cp_group, cp_rank, cp = mesh.group("cp"), mesh.local_rank("cp"), mesh.size("cp")
-    data_rank, data_size = dp_rank * ep + ep_rank, dp_size * ep  # ranks that read different batches
-    model_parallel = pp > 1 or ep > 1 or cp > 1  # the loop of this section's helpers
-    if rank == 0:  # no save of this run is in progress yet: every temp dir is stale
-        for st in stale:
-            _remove_checkpoint(_step_dir(ckpt_dir, st))
-        clean_stale_temps(ckpt_dir)
-    if world > 1:
-        dist.barrier()
-    seed_everything(cfg.seed)  # same seed everywhere: identical init on every rank (all shards included)
+# %% ../nbs/11_train.ipynb #b8e9fb90
+@dataclass
+class TrainSetup:
+    "What `train` builds before its loop: tokenizer, model (split by the layout), optimizer, step arithmetic, data."
 
-    tok = get_tokenizer(cfg.tokenizer_dir or None)
-    token_bytes = tok.token_bytes().to(device)
-    gcfg = GPTConfig.from_depth(
+    tok: object  # the tokenizer
+    token_bytes: torch.Tensor  # bytes per token id (for bits per byte)
+    gcfg: GPTConfig  # the model's shape
+    model: GPT  # this rank's model (its part of it once the layout split it)
+    step_model: object  # what runs a micro-step (the DDP wrapper, the compiled model, or the model)
+    optimizer: object  # this rank's optimizer (the layout's wrapper)
+    params: list  # this rank's trained parameters
+    moe: dict | None  # MoE settings (None: dense)
+    n_params: int  # the whole model's parameters, before any split
+    flops_per_token: float  # training FLOPs per token (active experts only)
+    accum: int  # micro-steps per optimizer step
+    tokens_per_step: int  # tokens per optimizer step, all ranks
+    num_steps: int  # the horizon
+    n_slots: int  # data shards: data ranks x accum
+    loaders: list  # this rank's train loaders, one per micro-step
+
+
+def model_config(
+    cfg: TrainConfig,  # the run's config
+    vocab_size: int,  # the tokenizer's
+) -> GPTConfig:
+    "The model of `cfg` (`GPTConfig.from_depth`, the one dial)."
+    return GPTConfig.from_depth(
         cfg.depth,
-        vocab_size=tok.vocab_size,
+        vocab_size=vocab_size,
         sequence_len=cfg.sequence_len,
         aspect_ratio=cfg.aspect_ratio,
         head_dim=cfg.head_dim,
         window_pattern=cfg.window_pattern,
     )
-    B, T = cfg.device_batch_size, cfg.sequence_len
-    # pre-flight memory check (measured estimate, see above): refuse only what cannot fit, warn on what may not
-    note = check_memory(
-        train_memory_bytes(cfg, gcfg.vocab_size, dp_size),
-        device_memory_bytes(device),
-        f"training (B {B} x T {T}, {gcfg.n_layer} layers of width "
-        f"{gcfg.n_embd}, vocab {gcfg.vocab_size}, {COMPUTE_DTYPE}) on {device}",
-    )
-    if note:
-        print0(note)
+
+
+def build_train_model(
+    cfg: TrainConfig,  # the run's config
+    gcfg: GPTConfig,  # the model's shape
+    device,  # where it lives
+) -> tuple[GPT, dict | None, float]:
+    "(the initialised model, dense or MoE; its MoE settings or None; its training FLOPs per token)."
     model = build_model(gcfg, device)
-    flops_per_token = model.estimate_flops()
-    moe = None
-    if cfg.moe_experts:  # after init_weights; the same random experts on every rank
-        h = cfg.moe_hidden if cfg.moe_hidden > 0 else 4 * gcfg.n_embd
-        moeify(model, cfg.moe_experts, cfg.moe_top_k, h, aux_scope="local")
-        d = (
-            gcfg.n_embd
-        )  # active matmul FLOPs: top_k experts of 2*d*h weights and the router, instead of the dense 8*d^2
-        flops_per_token += 6 * gcfg.n_layer * (cfg.moe_top_k * 2 * d * h + d * cfg.moe_experts - 8 * d * d)
-        moe = dict(experts=cfg.moe_experts, top_k=cfg.moe_top_k, hidden=h)
-    if dp_size > 1:
-        broadcast_parameters(model, src=mesh.members("dp")[0], group=dp_group)  # src: a global rank of this dp group
-    n_params = model.num_params()  # the whole model's, before tp / pp / ep / FSDP2 split it
-    if ep > 1:  # this rank keeps experts [r E/ep, (r+1) E/ep) of every layer
-        for b in model.blocks:
-            b.mlp = MoE.from_dense(b.mlp, ep_group)
-    experts = expert_param_ids(model)
-    # the data-parallel rung (06b); on one process every mode is the plain model and optimizer
-    mode = cfg.dp_mode if dp_size > 1 else "naive"
-    if tp > 1:
-        parallelize(model, mesh, sp=cfg.sp)  # before the optimizer: it must see the shards
-    pipe = None
-    if pp > 1:
-        m = B if cfg.microbatches == -1 else cfg.microbatches
-        pipe = Pipeline(model, cfg.pp_schedule, pp_rank, pp, m, group=pp_group, ranks=mesh.members("pp"), device=device)
-    if mode == "fsdp2":
-        apply_fsdp(model, mesh.device_mesh["dp"] if mesh.device_mesh is not None else None)
-    step_model = wrap_ddp(model, dp_group) if mode == "ddp" else model
+    flops = model.estimate_flops()
+    if not cfg.moe_experts:
+        return model, None, flops
+    h = cfg.moe_hidden if cfg.moe_hidden > 0 else 4 * gcfg.n_embd
+    moeify(model, cfg.moe_experts, cfg.moe_top_k, h, aux_scope="local")  # the same random experts on every rank
+    d = gcfg.n_embd  # active matmul FLOPs: top_k experts of 2*d*h weights and the router, not the dense 8*d^2
+    flops += 6 * gcfg.n_layer * (cfg.moe_top_k * 2 * d * h + d * cfg.moe_experts - 8 * d * d)
+    return model, dict(experts=cfg.moe_experts, top_k=cfg.moe_top_k, hidden=h), flops
+
+# %% ../nbs/11_train.ipynb #153215a5
+def setup_training(
+    cfg: TrainConfig,  # the run's config
+    run: Run,  # the run (10b)
+    layout: MeshLayout,  # the run's layout (`build_layout`)
+) -> TrainSetup:
+    "Build what the loop needs: tokenizer, model split by `layout`, its optimizer, the step arithmetic, the loaders."
+    B, T = cfg.device_batch_size, cfg.sequence_len
+    tok = get_tokenizer(cfg.tokenizer_dir or None)
+    token_bytes = tok.token_bytes().to(run.device)
+    gcfg = model_config(cfg, tok.vocab_size)
+    what = f"training (B {B} x T {T}, {gcfg.n_layer} layers of width {gcfg.n_embd}, vocab {gcfg.vocab_size}, "
+    need = train_memory_bytes(cfg, gcfg.vocab_size, layout.mesh.size("dp"))
+    note = check_memory(need, device_memory_bytes(run.device), f"{what}{COMPUTE_DTYPE}) on {run.device}")
+    if note:  # refuse only what cannot fit (above), warn on what may not
+        print0(note)
+    model, moe, flops = build_train_model(cfg, gcfg, run.device)
+    n_params = model.num_params()  # the whole model's, before the layout splits it
+    step_model = layout.prepare(model)  # before the optimizer: it must see the shards
     step_model = torch.compile(step_model, dynamic=False) if cfg.compile else step_model
-    optimizer = build_optimizer(
-        pipe.param_groups() if pipe else model.param_groups(),
-        matrix_lr=cfg.matrix_lr,
-        embedding_lr=cfg.embedding_lr,
-        unembedding_lr=cfg.unembedding_lr,
-        scalar_lr=cfg.scalar_lr,
-        weight_decay=cfg.weight_decay,
-        model_dim=gcfg.n_embd,
-    )
-    if tp > 1:
-        optimizer = tensor_parallel_optimizer(optimizer)  # Muon orthogonalises whole matrices
-    if cfg.dp_mode == "zero1":
-        optimizer = shard_optimizer(optimizer, dp_group)  # also on one process (identity shard)
-    params = pipe.parameters() if pipe else list(model.parameters())
-
-    def replicas(p):  # ranks holding an identical copy of p (for the gradient norm)
-        return world // (pp * (tp if getattr(p, "_tp_dim", None) is not None else 1) * (ep if id(p) in experts else 1))
-
-    accum = grad_accum_steps(cfg.total_batch_size, B, T, data_size)
-    tokens_per_step = B * T * data_size * accum
+    opt = layout.optimizer(build_optimizer(layout.param_groups(model), **cfg.optimizer_kwargs(), model_dim=gcfg.n_embd))
+    accum = grad_accum_steps(cfg.total_batch_size, B, T, layout.data_size)
+    tokens_per_step = B * T * layout.data_size * accum
     num_steps = horizon(cfg.num_iterations, n_params, tokens_per_step, cfg.target_param_data_ratio)
-    n_slots = data_size * accum  # one data shard per (data rank, micro-step)
-    data_dir = cfg.data_dir or None
+    n_slots = layout.data_size * accum  # one data shard per (data rank, micro-step)
     loaders = [
         DataLoader(
             tok,
             B,
             T,
             "train",
-            rank=data_rank * accum + a,
+            rank=layout.data_rank * accum + a,
             world_size=n_slots,
-            device=device,
-            data_dir=data_dir,
+            device=run.device,
+            data_dir=cfg.data_dir or None,
             buffer_size=cfg.loader_buffer,
         )
         for a in range(accum)
     ]
-    iters = [iter(l) for l in loaders]
+    params = layout.parameters(model)
+    return TrainSetup(
+        tok,
+        token_bytes,
+        gcfg,
+        model,
+        step_model,
+        opt,
+        params,
+        moe,
+        n_params,
+        flops,
+        accum,
+        tokens_per_step,
+        num_steps,
+        n_slots,
+        loaders,
+    )
 
-    history = dict(train=[], val=[])
-    start_step = 0
-    if resuming:
-        step0 = find_last_step(ckpt_dir)
-        meta = json.loads((_step_dir(ckpt_dir, step0) / "meta.json").read_text())
-        # before any collective read: clear errors, the same on every rank
-        check_model_config(meta, asdict(gcfg), ckpt_dir)
-        check_tokenizer(tok, meta, ckpt_dir)  # the ids must mean what they meant when the checkpoint was trained
-        if meta.get("moe") != moe:
-            raise ValueError(f"cannot resume from {ckpt_dir}: its MoE settings are {meta.get('moe')}, this run's {moe}")
-        if step0 > num_steps:
-            raise ValueError(
-                f"{ckpt_dir} holds step {step0}, past this run's {num_steps} steps: raise --num-iterations "
-                f"(the schedule depends on it, so use the one the checkpoint's run had: "
-                f"{(meta.get('config') or {}).get('num_iterations', '?')}) or start a new --tag"
-            )
-        check_resume(meta, n_slots, world, accum)
-        dcp_ckpt = is_dcp_checkpoint(_step_dir(ckpt_dir, step0))
-        if tp > 1 or pp > 1 or ep > 1:  # read the full tensors on every rank, keep this rank's part
-            if not dcp_ckpt:
-                raise ValueError(f"{ckpt_dir} holds a single-file checkpoint; resume it with --tp 1 --pp 1 --ep 1")
-            model_sd, optim_sd, _ = load_checkpoint(ckpt_dir, step0, device=device)
-            flat = {f"{n}/{k}": v for n, st in optim_sd["state"].items() for k, v in st.items()}
-            if pipe:
-                pipe.load_full_state_dict(model_sd)
-                pipe.load_full_optimizer_state_dict(optimizer, flat)
-            elif ep > 1:
-                load_expert_parallel_full_state(model, optimizer, model_sd, flat, ep_group)
-            else:
-                load_full_state_dict(model, model_sd)
-                load_full_optimizer_state_dict(optimizer, model, flat)
-            restore_param_groups_by_name(optimizer, meta["optim_param_groups"])
-        elif dcp_ckpt:
-            load_dcp_checkpoint(ckpt_dir, model, optimizer, step0)
-        else:  # a single-file checkpoint from before the DCP rung
-            if mode != "naive" or cfg.dp_mode == "zero1":
-                raise ValueError(f"{ckpt_dir} holds a single-file checkpoint; resume it with dp_mode naive")
-            model_sd, optim_sd, _ = load_checkpoint(ckpt_dir, step0, device=device)
-            model.load_state_dict(model_sd)
-            optimizer.load_state_dict(optim_sd)
-        for a, l in enumerate(loaders):
-            l.load_state_dict(meta["loader_states"][data_rank * accum + a])
-        iters = [iter(l) for l in loaders]
-        rng = meta["rng_states"]  # per rank; at another world size rank r takes r mod the old one's
-        set_rng_state(rng_state_from_json(rng[rank % len(rng)]))
-        history = meta.get("history", history)
-        start_step = step0
-        was = " x ".join(f"{k} {meta.get(k, 1)}" for k in ("pp", "ep", "cp", "tp"))
-        print0(
-            f"resumed from {ckpt_dir} at step {step0} (saved at world {meta.get('world_size')}, {was}, "
-            f"{meta.get('dp_mode', 'naive')}; now world {world}, {mesh})"
-        )
-        if step0 == num_steps and (ckpt_dir / "train_result.json").exists():  # e.g. a pipeline script run again
-            print0(
-                f"{ckpt_dir} is already complete ({num_steps} steps): nothing to train (raise --num-iterations, "
-                f"or use another --tag, to train more)"
-            )
-            return dict(
-                json.loads((ckpt_dir / "train_result.json").read_text()), history=history, checkpoint=str(ckpt_dir)
-            )
 
-    peak = get_peak_flops(device) * world
-    print0(
-        f"model: depth {cfg.depth}, n_embd {gcfg.n_embd}, {gcfg.n_layer} layers{f', MoE {moe}' if moe else ''}, "
-        f"{n_params:,} params, {flops_per_token / 1e6:.1f} MFLOPs/token | vocab {tok.vocab_size} | world {world}: {mesh}, "
-        f"dp {cfg.dp_mode}{' (sp)' if cfg.sp else ''}{f', pp schedule {cfg.pp_schedule} x {pipe.m} micro-batches' if pipe else ''}, "
-        f"accum {accum}, {tokens_per_step:,} tokens/step, {num_steps} steps ({num_steps * tokens_per_step:,} tokens) | "
+def describe(
+    cfg: TrainConfig,  # the run's config
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+    world: int,  # the world size
+) -> str:
+    "The run's one-line summary: model, vocabulary, world and layout, batch arithmetic, dtype."
+    moe = f", MoE {t.moe}" if t.moe else ""
+    tokens = t.num_steps * t.tokens_per_step
+    return (
+        f"model: depth {cfg.depth}, n_embd {t.gcfg.n_embd}, {t.gcfg.n_layer} layers{moe}, {t.n_params:,} params, "
+        f"{t.flops_per_token / 1e6:.1f} MFLOPs/token | vocab {t.tok.vocab_size} | world {world}: {layout} | "
+        f"accum {t.accum}, {t.tokens_per_step:,} tokens/step, {t.num_steps} steps ({tokens:,} tokens) | "
         f"dtype {COMPUTE_DTYPE}"
     )
 
-    def sync_full_model():
-        "Pipeline ranks train only their stages: copy every stage's current weights into each rank's full model."
-        sd = pipe.full_state_dict()
-        if tp > 1:
-            load_full_state_dict(model, sd)
-        else:
-            model.load_state_dict(sd)
+# %% ../nbs/11_train.ipynb #5920fc5d
+def load_train_state(
+    run: Run,  # the run (10b)
+    layout: MeshLayout,  # the run's layout
+    t: TrainSetup,  # what `setup_training` built
+    step: int,  # the checkpoint's step
+    meta: dict,  # its meta
+) -> None:
+    "Load checkpoint `step`'s model and optimizer into this rank's part (a split model reads the full tensors)."
+    dcp = is_dcp_checkpoint(run.step_dir(step))
+    if layout.splits_model:  # read the full tensors on every rank, keep this rank's part
+        if not dcp:
+            raise ValueError(f"{run.dir} holds a single-file checkpoint; resume it with --tp 1 --pp 1 --ep 1")
+        model_sd, optim_sd, _ = load_checkpoint(run.dir, step, device=run.device)
+        flat = {f"{n}/{k}": v for n, st in optim_sd["state"].items() for k, v in st.items()}
+        layout.load_full_state(t.model, t.optimizer, model_sd, flat)
+        restore_param_groups_by_name(t.optimizer, meta["optim_param_groups"])
+    elif dcp:
+        load_dcp_checkpoint(run.dir, t.model, t.optimizer, step)
+    else:  # a single-file checkpoint from before the DCP rung
+        dp = layout.part("dp")
+        if dp.mode != "naive" or dp.zero:
+            raise ValueError(f"{run.dir} holds a single-file checkpoint; resume it with dp_mode naive")
+        model_sd, optim_sd, _ = load_checkpoint(run.dir, step, device=run.device)
+        t.model.load_state_dict(model_sd)
+        t.optimizer.load_state_dict(optim_sd)
 
-    def run_eval():
-        # the same val tokens at any layout: the first ceil(eval_tokens / T) rows of one val stream, in batches of B
-        # dealt round-robin to the data ranks; every rank runs as many forwards, the surplus ones on padding that
-        # scores nothing, so each row counts once whatever the number of data ranks
-        model.eval()
-        val = iter(
-            DataLoader(
-                tok, B, T, "val", rank=0, world_size=1, device=device, data_dir=data_dir, buffer_size=cfg.loader_buffer
-            )
+
+def resume_training(
+    run: Run,  # the run (10b), resuming
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+) -> int:
+    "Continue from the newest checkpoint: model, optimizer, loader positions, RNG and history; returns its step."
+    step, meta = run.load_meta(t.num_steps, asdict(t.gcfg), t.tok)  # before any collective read: clear errors
+    if meta.get("moe") != t.moe:
+        raise ValueError(f"cannot resume from {run.dir}: its MoE settings are {meta.get('moe')}, this run's {t.moe}")
+    check_resume(meta, t.n_slots, run.world, t.accum)
+    load_train_state(run, layout, t, step, meta)
+    for a, loader in enumerate(t.loaders):
+        loader.load_state_dict(meta["loader_states"][layout.data_rank * t.accum + a])
+    run.restore(meta)  # RNG (rank r takes r mod the old world's) and history
+    was = " x ".join(f"{k} {meta.get(k, 1)}" for k in ("pp", "ep", "cp", "tp"))
+    print0(
+        f"resumed from {run.dir} at step {step} (saved at world {meta.get('world_size')}, {was}, "
+        f"{meta.get('dp_mode', 'naive')}; now world {run.world}, {layout})"
+    )
+    return step
+
+# %% ../nbs/11_train.ipynb #232a7fa7
+def moe_objective(
+    model,  # a MoE model
+    coef: float,  # the weight of its load-balancing loss
+):
+    "The extra loss term of a MoE micro-step: `coef` times the Switch load-balancing loss of the last forward."
+    return lambda: coef * moe_aux_loss(model)
+
+
+def micro_steps(
+    cfg: TrainConfig,  # the run's config
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+    iters: list,  # the loaders' iterators, one per micro-step
+) -> tuple[torch.Tensor, float | None]:
+    "Forward and backward of one optimizer step's micro-steps: (this rank's mean loss, the mean MoE aux loss or None)."
+    loss_sum, aux_sum = torch.zeros((), device=t.token_bytes.device), 0.0
+    extra = moe_objective(t.model, cfg.moe_aux_coef) if t.moe else None
+    for a in range(t.accum):
+        x, y = next(iters[a])
+        loss_sum += layout.forward_backward(t.step_model, x, y, t.accum, a == t.accum - 1, extra).to(loss_sum) / t.accum
+        if t.moe:
+            aux_sum += moe_aux_loss(t.model).item() / t.accum
+    return loss_sum, aux_sum if t.moe else None
+
+
+def lr_mult(
+    cfg: TrainConfig,  # the run's config
+    step: int,  # the step
+    num_steps: int,  # the horizon
+) -> float:
+    "The learning-rate multiplier of `step` (WSD schedule, 05)."
+    return lr_multiplier(step, num_steps, cfg.warmup_steps, cfg.warmdown_ratio, cfg.final_lr_frac)
+
+
+def schedule(
+    cfg: TrainConfig,  # the run's config
+    optimizer,  # its optimizer
+    step: int,  # the step about to run
+    num_steps: int,  # the horizon
+) -> None:
+    "Set the learning rates and Muon momentum of `step` in every param group of `optimizer`."
+    apply_lr(optimizer, lr_mult(cfg, step, num_steps))
+    apply_muon_momentum(optimizer, muon_momentum(step))
+
+# %% ../nbs/11_train.ipynb #8219dc4f
+class Meter:
+    "A run's throughput (its first step, a warm-up, left out), MFU and smoothed loss; logs each step through `Run.log`."
+
+    def __init__(
+        self,
+        start: int,  # the first step of this process (after a resume)
+        tokens_per_step: int,  # tokens per optimizer step, all ranks
+        flops_per_token: float,  # training FLOPs per token
+        peak: float,  # peak FLOP/s of all ranks together
+    ):
+        self.start, self.tokens_per_step, self.flops_per_token, self.peak = (
+            start,
+            tokens_per_step,
+            flops_per_token,
+            peak,
         )
-        mine = deal_batches(val, -(-cfg.eval_tokens // T), data_rank, data_size)
-        bpb = evaluate_bpb(model, iter(mine), len(mine), token_bytes)  # sums over all ranks: copies (tp, pp, cp) cancel
-        model.train()
-        return bpb
+        self.seconds, self.tokens, self.smooth = 0.0, 0, None
 
-    def run_eval_exact(docs):
-        # the final number: every token of every val document once (09_eval), documents dealt to the data ranks
-        model.eval()
-        out = evaluate_bpb_exact(model, tok, docs, T, B, data_rank, data_size, copies=world // data_size, device=device)
-        model.train()
+    @property
+    def rate(self) -> float | None:
+        "Tokens per second over the timed steps (None before any)."
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+    def log(self, run: Run, step: int, num_steps: int, loss: float, lrm: float, dt: float, aux: float | None = None):
+        "Record step `step` (its loss, lr multiplier, seconds, MoE aux loss) in the run's history, bar and log."
+        if step > self.start:
+            self.seconds += dt
+            self.tokens += self.tokens_per_step
+        tps = self.rate or self.tokens_per_step / dt
+        self.smooth = loss if self.smooth is None else 0.9 * self.smooth + 0.1 * loss
+        m = 100 * mfu(self.flops_per_token, tps, self.peak)
+        line = f"step {step:5d}/{num_steps} | loss {loss:.4f} | lrm {lrm:.3f} | {dt * 1000:.0f} ms | "
+        line += f"{tps:,.0f} tok/s | mfu {m:.2f}%"
+        record = dict(loss=loss, lr_mult=lrm, dt=dt, **({} if aux is None else dict(aux=aux)))
+        run.log(step, num_steps, record, line, loss=f"{self.smooth:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{m:.1f}%")
+
+# %% ../nbs/11_train.ipynb #8ef19d06
+def val_bpb(
+    cfg: TrainConfig,  # the run's config
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+) -> float:
+    "Val bits per byte of the first ceil(eval_tokens / T) rows of the val stream, the same rows at any layout."
+    # batches of B dealt round-robin to the data ranks; every rank runs as many forwards, the surplus ones on padding
+    # that scores nothing, so each row counts once whatever the number of data ranks
+    B, T, dev = cfg.device_batch_size, cfg.sequence_len, t.token_bytes.device
+    val = DataLoader(t.tok, B, T, "val", 0, 1, device=dev, data_dir=cfg.data_dir or None, buffer_size=cfg.loader_buffer)
+    mine = deal_batches(iter(val), -(-cfg.eval_tokens // T), layout.data_rank, layout.data_size)
+    return evaluate_bpb(t.model, iter(mine), len(mine), t.token_bytes)  # sums over all ranks: copies cancel
+
+
+def val_bpb_exact(
+    cfg: TrainConfig,  # the run's config
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+    docs: list[str],  # every val document
+    world: int,  # the world size (the ranks beyond the data ranks hold copies)
+) -> dict:
+    "The exact-once bits per byte of `docs` (09_eval: every token once), documents dealt to the data ranks."
+    T, B, dev = cfg.sequence_len, cfg.device_batch_size, t.token_bytes.device
+    copies = world // layout.data_size
+    return evaluate_bpb_exact(t.model, t.tok, docs, T, B, layout.data_rank, layout.data_size, copies=copies, device=dev)
+
+
+def evaluate(
+    run: Run,  # the run (10b)
+    cfg: TrainConfig,  # its config
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+    step: int,  # optimizer steps done
+) -> dict:
+    "The evals due at `step`: val bpb (into the history); at the end the exact-once bpb and the samples."
+    last, out = step == t.num_steps, {}
+    do_eval = run.due(step, cfg.eval_every, t.num_steps)
+    do_sample = step > 0 and run.due(step, cfg.sample_every, t.num_steps)
+    if not (do_eval or do_sample or last):
         return out
-
-    def save(step):
-        # every rank's loader and RNG state travel in meta.json; model and optimizer go through DCP from every rank
-        head = tp_rank == 0 and pp_rank == 0 and cp_rank == 0  # one rank per data rank writes its loader states
-        local = dict(
-            data=data_rank, head=head, loaders=[l.state_dict() for l in loaders], rng=rng_state_to_json(get_rng_state())
+    if do_eval or do_sample:
+        layout.gather_model(t.model)  # the full model on every rank
+    t.model.eval()
+    if do_eval:
+        bpb = val_bpb(cfg, t, layout)
+        run.history["val"].append(dict(step=step, bpb=bpb))
+        run.write(f"step {step:5d} | val bpb {bpb:.4f}")
+    if last:  # and the exact-once number of the whole val split (09_eval), documents dealt to the data ranks
+        out["val_docs"] = list(iter_documents("val", data_dir=cfg.data_dir or None, epochs=1))
+        out["val_exact"] = ve = dict(step=step, **val_bpb_exact(cfg, t, layout, out["val_docs"], run.world))
+        run.write(
+            f"step {step:5d} | val bpb {ve['bpb']:.4f} exact-once ({ve['docs']} documents, {ve['bytes']:,} bytes)"
         )
-        gathered = [None] * world
-        if world > 1:
-            dist.all_gather_object(gathered, local)
-        else:
-            gathered = [local]
-        heads = sorted((g for g in gathered if g["head"]), key=lambda g: g["data"])
-        loader_states = [s for g in heads for s in g["loaders"]]  # ordered by slot = data_rank*accum + a
-        meta = dict(
-            step=step,
-            config=asdict(cfg),
-            model_config=asdict(gcfg),
-            moe=moe,
-            n_slots=n_slots,
-            accum=accum,
-            tokenizer=dict(vocab_size=tok.vocab_size, fingerprint=tok.fingerprint()),
-            loader_states=loader_states,
-            rng_states=[g["rng"] for g in gathered],
-            history=history,
-            world_size=world,
-            dp_mode=cfg.dp_mode,
-            tp=tp,
-            sp=cfg.sp,
-            pp=pp,
-            ep=ep,
-            cp=cp,
-            lr_step=step,
-            **(dict(val_exact=val_exact) if val_exact else {}),
-            torch=torch.__version__,
-            git_commit=git_commit(),
-        )
-        # model-parallel tensors are plain tensors DCP would take for replicas: save the gathered full tensors instead
-        if pipe:
-            meta["optim_param_groups"] = gather_param_groups(optimizer, pp_group)  # the last stage alone has lm_head
-            save_dcp_checkpoint(
-                ckpt_dir,
-                step,
-                model,
-                None,
-                meta,
-                keep_last=cfg.keep_last,
-                model_state=pipe.full_state_dict(),
-                optim_state=pipe.full_optimizer_state_dict(optimizer),
-            )
-            return
-        full = {}
-        if ep > 1:
-            msd, osd = expert_parallel_full_state(model, optimizer, ep_group)
-            full = dict(model_state=msd, optim_state=osd)
-        elif tp > 1:
-            full = dict(model_state=full_state_dict(model), optim_state=full_optimizer_state_dict(optimizer, model))
-        save_dcp_checkpoint(ckpt_dir, step, model, optimizer, meta, keep_last=cfg.keep_last, **full)
+    if do_sample and (run.main or layout.collective_forward):  # all ranks where every forward is a collective
+        out["samples"] = _sample(t.model, t.tok, SAMPLE_PROMPTS, device=run.device)
+        for s in out["samples"]:
+            run.write("  > " + s.replace("\n", " "))
+    t.model.train()
+    return out
 
-    bar = tqdm(
-        total=num_steps, initial=start_step, disable=(rank != 0 or not cfg.progress), desc="train", dynamic_ncols=True
+# %% ../nbs/11_train.ipynb #e9efd0da
+def save_training(
+    run: Run,  # the run (10b)
+    cfg: TrainConfig,  # its config
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+    step: int,  # optimizer steps done
+    val_exact: dict | None = None,  # the final exact-once eval, recorded with the last checkpoint
+) -> None:
+    """Checkpoint `step` from every rank: model and optimizer (the full tensors where the layout splits them), loaders,
+    RNG."""
+    # one rank per data rank sends its loaders' positions, ordered by slot = data_rank * accum + a
+    states = run.gather(data=layout.data_rank, head=layout.head, loaders=[ld.state_dict() for ld in t.loaders])
+    heads = sorted((s for s in states if s["head"]), key=lambda s: s["data"])
+    meta = dict(
+        model_config=asdict(t.gcfg),
+        moe=t.moe,
+        n_slots=t.n_slots,
+        accum=t.accum,
+        tokenizer=dict(vocab_size=t.tok.vocab_size, fingerprint=t.tok.fingerprint()),
+        loader_states=[x for s in heads for x in s["loaders"]],
+        dp_mode=cfg.dp_mode,
+        **{d: layout.mesh.size(d) for d in ("tp", "pp", "ep", "cp")},
+        sp=cfg.sp,
+        lr_step=step,
+        **(dict(val_exact=val_exact) if val_exact else {}),
     )
-    model.train()
-    t_train, tok_seen, smooth, samples, val_exact = 0.0, 0, None, [], None
-    # samples: rank 0 alone, except where every forward is collective (FSDP2, tp, ep): then all ranks sample alike
-    all_sample = mode == "fsdp2" or tp > 1 or ep > 1
-    for step in range(start_step, num_steps + 1):
-        last = step == num_steps
-        do_eval = (cfg.eval_every > 0 and step % cfg.eval_every == 0) or last
-        do_sample = (cfg.sample_every > 0 and step % cfg.sample_every == 0 and step > 0) or last
-        if pipe and (do_eval or do_sample):
-            sync_full_model()
-        if do_eval:
-            bpb = run_eval()
-            history["val"].append(dict(step=step, bpb=bpb))
-            bar.write(f"step {step:5d} | val bpb {bpb:.4f}") if rank == 0 else None
-        if last:  # and the exact-once number of the whole val split
-            val_docs = list(iter_documents("val", data_dir=data_dir, epochs=1))
-            val_exact = dict(step=step, **run_eval_exact(val_docs))
-            bar.write(
-                f"step {step:5d} | val bpb {val_exact['bpb']:.4f} exact-once ({val_exact['docs']} documents, "
-                f"{val_exact['bytes']:,} bytes)"
-            ) if rank == 0 else None
-        if do_sample and (rank == 0 or all_sample):
-            model.eval()
-            samples = _sample(model, tok, SAMPLE_PROMPTS, device=device)
-            model.train()
-            for s in samples:
-                bar.write("  > " + s.replace("\n", " ")) if rank == 0 else None
-        if last:
-            break
+    run.save(step, t.model, t.optimizer, meta, states, **layout.full_state(t.model, t.optimizer))
 
-        # 1. schedule
-        lrm = lr_multiplier(step, num_steps, cfg.warmup_steps, cfg.warmdown_ratio, cfg.final_lr_frac)
-        apply_lr(optimizer, lrm)
-        apply_muon_momentum(optimizer, muon_momentum(step))
-        t0 = time.perf_counter()
-        # 2. micro-steps: forward, backward; gradients accumulate locally, synced only on the last one
-        loss_sum = torch.zeros((), device=device)
-        aux_sum = 0.0
-        for a in range(accum):
-            x, y = next(iters[a])
-            if pipe:  # the schedule runs this micro-step's pipeline micro-batches
-                loss_sum += pipe.mean_loss(pipe.step(x, y, loss_scale=1 / accum)).to(loss_sum) / accum
-            elif cp > 1:  # this rank's chunks: its share of the sum over the whole sequence
-                n_tok = (y != -1).sum().clamp(min=1)
-                with context_parallel(model, T, cp_group):
-                    loss = (
-                        model(cp_shard(x, cp_rank, cp), cp_shard(y, cp_rank, cp, pad_value=-1), loss_reduction="sum")
-                        / n_tok
-                    )
-                (loss / accum).backward()
-                loss_sum += loss.detach() / accum
-            else:
-                with no_sync(step_model, mode, a < accum - 1):
-                    loss = step_model(x, y)
-                    total = loss
-                    if moe:
-                        aux = moe_aux_loss(model)
-                        total = loss + cfg.moe_aux_coef * aux
-                        aux_sum += aux.item() / accum
-                    (total / accum).backward()
-                loss_sum += loss.detach() / accum
-        # 3. gradient sync (naive: here; ddp / fsdp2: already, during the last backward; zero1: inside step) + clip.
-        #    Only over the groups that hold copies: a None group means the whole world, tp ranks and pipeline stages
-        #    included, whose different shards must never be averaged.
-        if model_parallel:
-            sync_gradients(params, experts, dp_group, ep_group, cp_group)
-        elif mode == "naive" and dp_size > 1:
-            allreduce_gradients(model.parameters(), dp_group)
-        if cfg.grad_clip > 0:
-            if model_parallel:
-                clip_grad_norm_mesh_(params, cfg.grad_clip, replicas)
-            elif tp > 1:
-                clip_grad_norm_tp_(model.parameters(), cfg.grad_clip, tp_group)
-            else:
-                clip_grad_norm_(optimizer if cfg.dp_mode == "zero1" else model.parameters(), cfg.grad_clip)
-        # 4. optimizer step
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        # the step's mean loss over data ranks (under cp each rank holds a share of the sum)
-        if cp > 1:
-            dist.all_reduce(loss_sum, group=cp_group)
-        if ep > 1:
-            dist.all_reduce(loss_sum, group=ep_group)
-            loss_sum /= ep
-        if dp_size > 1:
-            dist.all_reduce(loss_sum, group=dp_group)
-            loss_sum /= dp_size
-        dt = time.perf_counter() - t0
-        # 5. logging
-        loss_v = loss_sum.item()
-        if step > start_step:
-            t_train += dt
-            tok_seen += tokens_per_step  # skip the first (warm-up) step in rates
-        tps = tok_seen / t_train if t_train > 0 else tokens_per_step / dt
-        history["train"].append(dict(step=step, loss=loss_v, lr_mult=lrm, dt=dt, **(dict(aux=aux_sum) if moe else {})))
-        smooth = loss_v if smooth is None else 0.9 * smooth + 0.1 * loss_v
-        bar.update(1)
-        bar.set_postfix(loss=f"{smooth:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{100 * mfu(flops_per_token, tps, peak):.1f}%")
-        if rank == 0 and not cfg.progress and (step % cfg.log_every == 0 or step == num_steps - 1):
-            print(
-                f"step {step:5d}/{num_steps} | loss {loss_v:.4f} | lrm {lrm:.3f} | {dt * 1000:.0f} ms | "
-                f"{tps:,.0f} tok/s | mfu {100 * mfu(flops_per_token, tps, peak):.2f}%"
-            )
-        if cfg.stop_after > 0 and step + 1 >= cfg.stop_after and step + 1 < num_steps:
-            bar.close()
-            save(step + 1)
-            print0(f"stopped after step {step + 1} of {num_steps} (stop_after); resume with --resume true")
-            return dict(history=history, stopped_at=step + 1, checkpoint=str(ckpt_dir))
-        if cfg.save_every > 0 and (step + 1) % cfg.save_every == 0 and step + 1 < num_steps:
-            save(step + 1)
-    bar.close()
-    save(num_steps)
-    tps = tok_seen / t_train if t_train > 0 else None  # None (JSON null) when no step after the first was timed
+
+def finish_training(
+    run: Run,  # the run (10b)
+    t: TrainSetup,  # what `setup_training` built
+    layout: MeshLayout,  # the run's layout
+    meter: Meter,  # its throughput
+    final: dict,  # `evaluate`'s result at the last step
+) -> dict:
+    "The run's result: final exact-once bpb, rates, replica check; rank 0 adds samples and unigram baselines."
+    tps = meter.rate  # None (JSON null) when no step after the first was timed
     result = dict(
-        history=history,
-        final_val_bpb=val_exact["bpb"],
-        val_exact=val_exact,
+        final_val_bpb=final["val_exact"]["bpb"],
+        val_exact=final["val_exact"],
         tok_per_s=tps,
-        mfu=mfu(flops_per_token, tps, peak) if tps else None,
-        n_params=n_params,
-        num_steps=num_steps,
-        tokens_per_step=tokens_per_step,
-        checkpoint=str(ckpt_dir),
-        model_config=asdict(gcfg),
-        moe=moe,
+        mfu=mfu(t.flops_per_token, tps, meter.peak) if tps else None,
+        n_params=t.n_params,
+        num_steps=t.num_steps,
+        tokens_per_step=t.tokens_per_step,
+        checkpoint=str(run.dir),
+        model_config=asdict(t.gcfg),
+        moe=t.moe,
+        replica_max_diff=layout.replica_diff(t.model),  # every replica holds the same weights, bit for bit
     )
-    # replicas never diverge: every dp rank that holds full parameters (or the same tp shard / stage) holds the same ones
-    held = torch.nn.ModuleList(pipe.stages) if pipe else model
-    result["replica_max_diff"] = replicas_max_diff(held, dp_group) if mode != "fsdp2" and dp_size > 1 else 0.0
-    if rank == 0:
-        result["samples"] = samples
-        # the floor any model must beat: the byte-unigram entropy of the same val split (all of it)
-        result["unigram_byte_bpb"] = unigram_byte_bpb(val_docs)
-        # and the best context-free token model (token frequencies from up to 5M chars of train)
-        train_docs, n = [], 0
-        for d in iter_documents("train", data_dir=data_dir, epochs=1):
-            train_docs.append(d)
-            n += len(d)
-            if n > 5_000_000:
-                break
-        result["unigram_token_bpb"] = unigram_token_bpb(tok, train_docs, val_docs)
-        rate = f"{tps:,.0f} tok/s | MFU {100 * result['mfu']:.2f}%" if tps else "no step timed (tok/s n/a)"
-        _save_plot(history, ckpt_dir / "loss.png")
-        (ckpt_dir / "train_result.json").write_text(
-            json.dumps({k: v for k, v in result.items() if k != "history"}, indent=1)
-        )
-        print0(
-            f"done: val bpb {result['final_val_bpb']:.4f} | baselines on the same val split: unigram bytes "
-            f"{result['unigram_byte_bpb']:.4f}, unigram tokens {result['unigram_token_bpb']:.4f} | "
-            f"{rate} | checkpoint {ckpt_dir}"
-        )
-    return result
+    if not run.main:
+        return run.finish(result)
+    # the floors any model must beat: the byte-unigram entropy of the val split, the best context-free token model
+    result.update(samples=final.get("samples", []), unigram_byte_bpb=unigram_byte_bpb(final["val_docs"]))
+    result["unigram_token_bpb"] = unigram_token_bpb(t.tok, train_sample(run.cfg), final["val_docs"])
+    rate = f"{tps:,.0f} tok/s | MFU {100 * result['mfu']:.2f}%" if tps else "no step timed (tok/s n/a)"
+    summary = (
+        f"done: val bpb {result['final_val_bpb']:.4f} | baselines on the same val split: unigram bytes "
+        f"{result['unigram_byte_bpb']:.4f}, unigram tokens {result['unigram_token_bpb']:.4f} | {rate} | "
+        f"checkpoint {run.dir}"
+    )
+    return run.finish(result, summary, plot=_save_plot)
+
+
+def train_sample(
+    cfg: TrainConfig,  # the run's config
+    chars: int = 5_000_000,  # about this many characters
+) -> list[str]:
+    "The first train documents, up to just over `chars` characters (token frequencies for the unigram baseline)."
+    docs, n = [], 0
+    for d in iter_documents("train", data_dir=cfg.data_dir or None, epochs=1):
+        docs.append(d)
+        n += len(d)
+        if n > chars:
+            break
+    return docs
+
+# %% ../nbs/11_train.ipynb #a2723d17
+def train(
+    cfg: TrainConfig,  # every knob of the run
+) -> dict:
+    "Pretrain a GPT per `cfg` on this process or every rank of a launch; the result of `finish_training`."
+    validate_config(cfg)
+    run = Run(cfg, "base", name="train")  # checkpoint dir, resume decision, process group, seed (10b)
+    mesh = init_mesh(pp=cfg.pp, ep=cfg.ep, cp=cfg.cp, tp=cfg.tp)  # pp outermost, tp innermost, dp the rest
+    layout = build_layout(cfg, mesh, run.device)
+    t = setup_training(cfg, run, layout)
+    start = resume_training(run, t, layout) if run.resuming else 0
+    if (finished := run.complete(start, t.num_steps)) is not None:  # e.g. a pipeline script run again
+        return finished
+    print0(describe(cfg, t, layout, run.world))
+    iters = [iter(loader) for loader in t.loaders]
+    meter = Meter(start, t.tokens_per_step, t.flops_per_token, get_peak_flops(run.device) * run.world)
+    run.start(t.num_steps, start)
+    t.model.train()
+    if start == 0:
+        evaluate(run, cfg, t, layout, 0)
+    schedule(cfg, t.optimizer, start, t.num_steps)  # the first step's learning rate and momentum
+    for step in range(start, t.num_steps):
+        t0 = time.perf_counter()
+        loss, aux = micro_steps(cfg, t, layout, iters)  # 1. forward and backward of every micro-step
+        layout.sync(t.params)  # 2. gradients of the global mean loss, then clip their global norm
+        if cfg.grad_clip > 0:
+            clip_grad_norm_(layout.clip_target(t.params, t.optimizer), cfg.grad_clip, shard_groups=layout.shard_groups)
+        t.optimizer.step()  # 3. optimizer step
+        t.optimizer.zero_grad(set_to_none=True)
+        layout.reduce_loss(loss)  # the step's mean loss over the data ranks
+        dt = time.perf_counter() - t0
+        done = step + 1
+        if done < t.num_steps:  # 4. schedule: the next step's learning rate and momentum
+            schedule(cfg, t.optimizer, done, t.num_steps)
+        meter.log(run, step, t.num_steps, loss.item(), lr_mult(cfg, step, t.num_steps), dt, aux)
+        # 5. eval, save
+        if done < t.num_steps:
+            evaluate(run, cfg, t, layout, done)
+            if run.stop_due(done, t.num_steps):
+                save_training(run, cfg, t, layout, done)
+                return run.stopped(done, t.num_steps)
+            if run.save_due(done, t.num_steps):
+                save_training(run, cfg, t, layout, done)
+    final = evaluate(run, cfg, t, layout, t.num_steps)
+    save_training(run, cfg, t, layout, t.num_steps, final["val_exact"])
+    return finish_training(run, t, layout, meter, final)
 
 # %% ../nbs/11_train.ipynb #2777a0e9
 main = cli_from_dataclass(

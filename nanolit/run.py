@@ -30,8 +30,8 @@ from .checkpoint import clean_stale_temps
 from .checkpoint import find_last_step
 from .checkpoint import list_checkpoints
 from .checkpoint import save_dcp_checkpoint
-from .checkpoint import _remove_checkpoint
-from .checkpoint import _step_dir
+from .checkpoint import remove_checkpoint
+from .checkpoint import step_path
 
 # %% auto #0
 __all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run']
@@ -172,7 +172,7 @@ class Run:
         self.main = self.rank == 0
         if self.main:  # no save of this run is in progress yet: every temp dir is stale
             for st in stale:
-                _remove_checkpoint(_step_dir(self.dir, st))
+                remove_checkpoint(step_path(self.dir, st))
             clean_stale_temps(self.dir)
         if self.world > 1:
             dist.barrier()
@@ -302,7 +302,7 @@ def step_dir(
     step: int,  # a checkpoint step
 ):
     "The directory of checkpoint `step` of this run."
-    return _step_dir(self.dir, step)
+    return step_path(self.dir, step)
 
 
 @patch

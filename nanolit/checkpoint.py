@@ -32,8 +32,8 @@ from .parallel.data_parallel import ZeroMuonAdamW, _all_gather
 # %% auto #0
 __all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint', 'remove_checkpoint',
            'list_checkpoints', 'find_last_step', 'clean_stale_temps', 'save_checkpoint', 'load_checkpoint',
-           'export_safetensors', 'load_safetensors', 'optimizer_state_dict', 'param_groups_json', 'save_dcp_checkpoint',
-           'load_dcp_checkpoint', 'model_from_meta', 'stage_command', 'latest_tag', 'load_model']
+           'export_safetensors', 'load_safetensors', 'optimizer_state_dict', 'param_groups_json', 'dcp_state',
+           'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta', 'stage_command', 'latest_tag', 'load_model']
 
 # %% ../nbs/07_checkpoint.ipynb #4f2bc1d8
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -497,7 +497,7 @@ def _restore_param_groups(optimizer, saved: list[dict]) -> None:
 # the old private names, until 10b_run and 11_train import the public ones
 _step_dir, _remove_checkpoint, _param_groups_json = step_path, remove_checkpoint, param_groups_json
 
-# %% ../nbs/07_checkpoint.ipynb #30917fe5
+# %% ../nbs/07_checkpoint.ipynb #26c350fc
 @contextlib.contextmanager
 def _quiet_single_process():
     "Silence DCP's 'torch.distributed is disabled ... single process' UserWarning: on one process that is the intent."
@@ -514,45 +514,21 @@ def _pause(where: str, step: int) -> None:
             time.sleep(float(m.group(3)))
 
 
-def save_dcp_checkpoint(
-    ckpt_dir,
-    step: int,
-    model: nn.Module,
-    optimizer=None,
-    meta: dict | None = None,
-    keep_last: int | None = None,
-    model_state: dict | None = None,
-    optim_state: dict | None = None,
-) -> Path:
-    """Collective (every rank of the default group, or one process): atomically write `ckpt_dir/step_{step:06d}/`
-    with `torch.distributed.checkpoint`: keys `model/<name>` (the cleaned `model.state_dict()`, plain or FSDP2
-    `DTensor`) and `optim/<name>/<key>` (`optimizer_state_dict`), plus rank 0's `meta` (with the optimizer's param
-    group hyperparameters under "optim_param_groups", step, git commit, torch version, time) in `meta.json`, and the
-    COMPLETE marker. Temp dir + rename by rank 0 after a barrier: a run killed at any point leaves the previous
-    checkpoints loadable and no new complete step. `keep_last` as in `save_checkpoint`. Returns the step dir.
-    ValueError for a bad step/keep_last or non-JSON meta (raised on every rank). `model_state` / `optim_state`
-    (`{"<name>/<key>": tensor}`), when given, are saved instead of the model's and optimizer's own: e.g. the full
-    tensors gathered from a hand-built tensor-parallel model, whose plain shard tensors DCP would otherwise take for
-    replicas; full tensors equal on every rank *are* replicas, written once."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemWriter
-
-    _check_step_keep(step, keep_last)
-    on = _dist_on()
-    rank = dist.get_rank() if on else 0
-    meta = dict(meta or {})
-    if optimizer is not None:
-        meta["optim_param_groups"] = param_groups_json(optimizer)
-    meta_text = _meta_text(meta, step)
-    state = {
-        f"model/{k}": v for k, v in clean_state_dict(model.state_dict() if model_state is None else model_state).items()
-    }
+def dcp_state(
+    model: nn.Module, optimizer=None, model_state: dict | None = None, optim_state: dict | None = None
+) -> dict:
+    "The flat state a DCP checkpoint saves: `model/<name>` and `optim/<name>/<key>` tensors."
+    sd = model.state_dict() if model_state is None else model_state
+    state = {f"model/{k}": v for k, v in clean_state_dict(sd).items()}
     if optim_state is None and optimizer is not None:
         optim_state = optimizer_state_dict(optimizer, model)
     if optim_state is not None:
         state.update({f"optim/{k}": v for k, v in optim_state.items()})
-    root = Path(ckpt_dir)
-    final = step_path(root, step)
+    return state
+
+
+def _shared_temp_dir(root: Path, final: Path, rank: int, on: bool) -> Path:
+    "A temp dir beside `final`, named and made by rank 0; the same path on every rank (collective when `on`)."
     name = [f"{final.name}.tmp-{uuid.uuid4().hex[:8]}"]
     if on:
         dist.broadcast_object_list(name, src=0)
@@ -562,7 +538,14 @@ def save_dcp_checkpoint(
         tmp.mkdir()
     if on:
         dist.barrier()
-    err = [None]
+    return tmp
+
+
+def _write_dcp(state: dict, tmp: Path, final: Path, step: int, meta_text: str, keep_last, rank: int, on: bool):
+    "Every rank writes its shards into `tmp`, then rank 0 adds meta.json and commits; rank 0's error text or None."
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemWriter
+
     try:
         with _quiet_single_process():
             dcp.save(state, storage_writer=FileSystemWriter(str(tmp), sync_files=True), no_dist=not on)
@@ -573,13 +556,43 @@ def save_dcp_checkpoint(
             with open(tmp / "meta.json", "w") as f:
                 f.write(meta_text)
                 _fsync_file(f)
-            _commit(root, tmp, final, step, {p.name: p.stat().st_size for p in tmp.iterdir()}, keep_last)
+            _commit(final.parent, tmp, final, step, {p.name: p.stat().st_size for p in tmp.iterdir()}, keep_last)
+        return None
     except Exception as e:
-        err = [f"{type(e).__name__}: {e}"]
         if rank == 0 and tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
         if not on:
             raise
+        return f"{type(e).__name__}: {e}"
+
+# %% ../nbs/07_checkpoint.ipynb #32fd321d
+def save_dcp_checkpoint(
+    ckpt_dir,  # the run's checkpoint folder (`checkpoint_dir(stage, tag)`)
+    step: int,  # the step, >= 0: the folder is `step_NNNNNN`
+    model: nn.Module,  # its cleaned `state_dict()` (plain or FSDP2 `DTensor`) goes under `model/<name>`
+    optimizer=None,  # its `optimizer_state_dict` under `optim/<name>/<key>`, its param groups in the meta
+    meta: dict | None = None,  # rank 0's JSON-able meta (step, git commit, torch version and time are added)
+    keep_last: int | None = None,  # as in `save_checkpoint`
+    model_state: dict | None = None,  # saved instead of the model's own (e.g. full tensors gathered from hand TP)
+    optim_state: dict | None = None,  # saved instead of the optimizer's own, `{"<name>/<key>": tensor}`
+) -> Path:
+    """Collective: atomically write `ckpt_dir/step_NNNNNN/` with `torch.distributed.checkpoint`; the step dir.
+
+    Temp dir + rename by rank 0 after a barrier: a run killed at any point leaves the previous checkpoints loadable
+    and no new complete step. ValueError for a bad step/keep_last or non-JSON meta (on every rank). Full tensors equal
+    on every rank (`model_state`) *are* replicas, written once; plain shard tensors DCP would take for replicas."""
+    _check_step_keep(step, keep_last)
+    on = _dist_on()
+    rank = dist.get_rank() if on else 0
+    meta = dict(meta or {})
+    if optimizer is not None:
+        meta["optim_param_groups"] = param_groups_json(optimizer)
+    meta_text = _meta_text(meta, step)
+    state = dcp_state(model, optimizer, model_state, optim_state)
+    root = Path(ckpt_dir)
+    final = step_path(root, step)
+    tmp = _shared_temp_dir(root, final, rank, on)
+    err = [_write_dcp(state, tmp, final, step, meta_text, keep_last, rank, on)]
     if on:
         dist.broadcast_object_list(err, src=0)
     if err[0] is not None:

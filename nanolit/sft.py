@@ -48,6 +48,7 @@ from nanolit.tasks import (
     SourceUnavailable,
 )
 from .run import RunConfig, Run, check_resume
+from .train import grad_accum_steps
 
 # %% auto #0
 __all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main', 'chitchat_conversations',
@@ -55,9 +56,9 @@ __all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main
            'identity_conversations', 'gsm8k_split', 'gsm8k_pool', 'Conversations', 'source_names', 'sft_mixture',
            'trained_keys', 'best_fit_rows', 'rows_to_batch', 'conversation_stream', 'sft_batches', 'sft_backward',
            'masked_loss', 'IdentityCheck', 'chat_eval_tasks', 'chat_eval', 'SFTConfig', 'lineage_meta', 'save_curves',
-           'load_source', 'SFTLayout', 'sft_layout', 'accum_steps', 'sft_num_steps', 'sft_data', 'sft_val_loss',
-           'plain_copy', 'SFTSetup', 'setup_sft', 'describe_sft', 'sft_schedule', 'sft_evaluate', 'sft_save',
-           'sft_resume', 'sft_finish', 'sft']
+           'load_source', 'SFTLayout', 'sft_layout', 'sft_num_steps', 'sft_data', 'sft_val_loss', 'plain_copy',
+           'SFTSetup', 'setup_sft', 'describe_sft', 'sft_schedule', 'sft_evaluate', 'sft_save', 'sft_resume',
+           'sft_finish', 'sft']
 
 # %% ../nbs/12_sft.ipynb #5259864a
 CHITCHAT = "chitchat-dataset==0.9.0"
@@ -786,18 +787,6 @@ def sft_layout(
     return SFTLayout(device, mesh, mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp"), group, dup)
 
 # %% ../nbs/12_sft.ipynb #dd51cc0d
-def accum_steps(
-    total_batch_size: int,  # tokens per optimizer step; -1: one micro-step per data rank
-    per_step: int,  # tokens of one micro-step over all data ranks: B * T * dp
-) -> int:
-    "Micro-steps per optimizer step; ValueError unless `total_batch_size` is -1 or a positive multiple of `per_step`."
-    if total_batch_size == -1:
-        return 1
-    if total_batch_size <= 0 or total_batch_size % per_step:
-        raise ValueError(f"total_batch_size {total_batch_size} must be a positive multiple of B*T*dp = {per_step}")
-    return total_batch_size // per_step
-
-
 def sft_num_steps(
     cfg: SFTConfig,  # num_iterations, or num_epochs over the mixture when it is -1
     mix: TaskMixture,  # the train mixture
@@ -884,7 +873,7 @@ def setup_sft(
         parallelize(model, lay.mesh, sp=cfg.sp)  # before the optimizer
     model.train()
     B, T = cfg.device_batch_size, model.config.sequence_len
-    accum = accum_steps(cfg.total_batch_size, B * T * lay.dp_size)
+    accum = grad_accum_steps(cfg.total_batch_size, B, T, lay.dp_size)  # 11_train's
     train_mix, val_mix, counts = sft_data(cfg)
     # what this model has now trained on, its source's record included: no eval of it may score those items
     lineage = lineage_meta(cfg, src_meta, trained_keys(train_mix, cfg.sources))
@@ -902,7 +891,7 @@ def setup_sft(
     meta = dict(model_config=asdict(model.config), counts=counts, **lineage, accum=accum, n_slots=n_slots, tp=lay.tp)
     return SFTSetup(model, tok, optimizer, loaders, val_mix, eval_tasks, T, num_steps, n_params, meta)
 
-
+# %% ../nbs/12_sft.ipynb #9c9fe856
 def describe_sft(
     cfg: SFTConfig,  # the run's config
     s: SFTSetup,  # what `setup_sft` built

@@ -14,10 +14,10 @@ import torch.nn.functional as F
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['CORE_TASK_TYPES', 'evaluate_bpb', 'deal_batches', 'unigram_byte_bpb', 'unigram_token_bpb', 'evaluate_bpb_exact',
-           'centered_accuracy', 'core_prompts', 'encode_pair', 'continuation_scores', 'score_multiple_choice',
-           'fewshot_indices', 'evaluate_core_item', 'evaluate_core_task', 'core_score', 'letter_token_ids',
-           'run_categorical', 'run_generative', 'pass_at_k']
+__all__ = ['CORE_TASK_TYPES', 'evaluate_bpb', 'deal_batches', 'unigram_byte_bpb', 'unigram_token_bpb', 'piece_rows',
+           'evaluate_bpb_exact', 'centered_accuracy', 'core_prompts', 'encode_pair', 'continuation_scores',
+           'score_multiple_choice', 'fewshot_indices', 'evaluate_core_item', 'evaluate_core_task', 'core_score',
+           'letter_token_ids', 'run_categorical', 'judge_samples', 'run_generative', 'pass_at_k']
 
 # %% ../nbs/09_eval.ipynb #7b5e5899
 @torch.no_grad()
@@ -117,28 +117,34 @@ def _dist_rank_world(rank, world_size) -> tuple[int, int]:
     ) if world_size is None else world_size
 
 
+def piece_rows(pieces: list[list[int]], batch_size: int, T: int, bos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    "(inputs, targets), each (batch_size, T): a row per piece `[bos, t1, ..., tn]`, right-padded, targets -1 there."
+    x = torch.full((batch_size, T), bos, dtype=torch.long)
+    y = torch.full((batch_size, T), -1, dtype=torch.long)
+    for r, p in enumerate(pieces):
+        x[r, : len(p) - 1] = torch.tensor(p[:-1])
+        y[r, : len(p) - 1] = torch.tensor(p[1:])
+    return x, y
+
+
 @torch.no_grad()
 def evaluate_bpb_exact(
-    model,
-    tokenizer,
-    docs,
-    sequence_len: int | None = None,
-    batch_size: int = 8,
-    rank: int | None = None,
-    world_size: int | None = None,
-    copies: int = 1,
-    device=None,
+    model,  # `model(x, y, loss_reduction='none')` returns per-token nats (B, T)
+    tokenizer,  # its tokenizer (BOS id and `token_bytes`)
+    docs,  # an iterable of str: the split's documents
+    sequence_len: int | None = None,  # tokens a row holds after its BOS (default `model.config.sequence_len`)
+    batch_size: int = 8,  # rows per forward
+    rank: int | None = None,  # this rank (default: the process group's)
+    world_size: int | None = None,  # ranks splitting the documents (default: the process group's)
+    copies: int = 1,  # ranks that score the same documents (tensor/pipeline/context-parallel copies of a data rank)
+    device=None,  # default: the model's
 ) -> dict:
-    """Bits per byte of `model` on every token of every document of `docs` (an iterable of str), each exactly once.
+    """Bits per byte of `model` on every token of every document of `docs`, each exactly once.
 
-    Each document is encoded as `<|bos|>` + its tokens and cut into pieces of `<|bos|>` + at most `sequence_len`
-    (default `model.config.sequence_len`) tokens, one (`batch_size`, `sequence_len`) row each, right-padded with
-    targets -1; every token of the document is a target once (the BOS never is). Documents i with i % world_size ==
-    rank are scored here (default: the default process group's rank and size); every rank runs the same number of
-    forward passes, and the sums are all-reduced over the default group and divided by `copies`, the number of ranks
-    that score the same documents (tensor/pipeline/context-parallel copies of one data rank).
-    `model(x, y, loss_reduction='none')` returns per-token nats (B, T). Returns {"bpb", "nats", "bytes", "tokens",
-    "docs"} over the whole split; "bytes" equals sum(len(d.encode('utf-8'))). ValueError if no byte was scored."""
+    A document is `<|bos|>` + its tokens, cut into pieces of `<|bos|>` + at most `sequence_len` tokens (one row each);
+    documents i with i % world_size == rank are scored here, every rank runs the same number of forwards, and the sums
+    are all-reduced and divided by `copies`. Returns {bpb, nats, bytes, tokens, docs} over the whole split ("bytes" is
+    the documents' UTF-8 bytes); ValueError if no byte was scored."""
     device = torch.device(device or next(model.parameters()).device)
     T = sequence_len or model.config.sequence_len
     rank, world_size = _dist_rank_world(rank, world_size)
@@ -156,12 +162,7 @@ def evaluate_bpb_exact(
     sums = torch.zeros(4, dtype=torch.float64, device=device)  # nats, bytes, tokens, docs
     sums[3] = len(mine)
     for i in range(int(n)):
-        x = torch.full((batch_size, T), bos, dtype=torch.long)
-        y = torch.full((batch_size, T), -1, dtype=torch.long)
-        for r, p in enumerate(pieces[i * batch_size : (i + 1) * batch_size]):
-            x[r, : len(p) - 1] = torch.tensor(p[:-1])
-            y[r, : len(p) - 1] = torch.tensor(p[1:])
-        x, y = x.to(device), y.to(device)
+        x, y = (t.to(device) for t in piece_rows(pieces[i * batch_size : (i + 1) * batch_size], batch_size, T, bos))
         loss = model(x, y, loss_reduction="none").double()
         b = torch.where(y >= 0, token_bytes[y.clamp(min=0)], 0)
         sums[0] += (loss * (b > 0)).sum()
@@ -334,7 +335,7 @@ def core_score(accuracies: dict[str, float], baselines: dict[str, float]) -> tup
     centered = {t: centered_accuracy(a, baselines[t]) for t, a in accuracies.items()}
     return centered, sum(centered.values()) / max(len(centered), 1)
 
-# %% ../nbs/09_eval.ipynb #f9769a33
+# %% ../nbs/09_eval.ipynb #7d4f971b
 def letter_token_ids(tokenizer, letters) -> list[int]:
     """The single token id of each answer string in `letters`, encoded exactly as an assistant message text is
     (`tokenizer.encode(letter)`, no added space). ValueError if one is not a single token."""
@@ -353,12 +354,7 @@ def run_categorical(
 ) -> float:
     """Accuracy on a categorical chat task: for each conversation, the argmax over its `letters` of the next-token
     logits after `render_for_completion`; `task.evaluate(conv, letter)` judges it. Rank-split, counts all-reduced."""
-    rank = dist.get_rank() if rank is None and dist.is_available() and dist.is_initialized() else (rank or 0)
-    world_size = (
-        dist.get_world_size()
-        if world_size is None and dist.is_available() and dist.is_initialized()
-        else (world_size or 1)
-    )
+    rank, world_size = _dist_rank_world(rank, world_size)
     device = device or next(model.parameters()).device
     L = model.config.sequence_len
     n = len(task) if max_items is None else min(max_items, len(task))
@@ -373,7 +369,7 @@ def run_categorical(
     counts = _all_reduce_sum(counts.to(device)).cpu()
     return (counts[0] / counts[1]).item()
 
-
+# %% ../nbs/09_eval.ipynb #67c2d014
 def _outcome(task, conv, text) -> str:
     "'passed' or why `text` failed: `task.outcome` when the task has one, else 'passed'/'wrong' from `task.evaluate`."
     if hasattr(task, "outcome"):
@@ -381,73 +377,65 @@ def _outcome(task, conv, text) -> str:
     return "passed" if task.evaluate(conv, text) else "wrong"
 
 
+def judge_samples(engine, tokenizer, task, i: int, num_samples: int, max_new_tokens: int, **sampling) -> list[str]:
+    "The outcomes of `num_samples` completions of item `i` (sampled with seed `sampling['seed'] + i`)."
+    conv, L = task[i], engine.model.config.sequence_len
+    ids = tokenizer.render_for_completion(conv)[-(L - 1) :]
+    sampling = dict(sampling, seed=sampling["seed"] + i)
+    outs, _ = engine.generate_batch(ids, num_samples, max_tokens=min(max_new_tokens, L - len(ids)), **sampling)
+    return [_outcome(task, conv, tokenizer.decode(o)) for o in outs]
+
+
+def _all_counts(failures: Counter) -> dict:
+    "The failure counts summed over the ranks (all-gathered when a process group exists), sorted by kind."
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        parts = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, dict(failures))
+        failures = sum((Counter(p) for p in parts), Counter())
+    return dict(sorted(failures.items()))
+
+
 def run_generative(
-    engine,
-    tokenizer,
-    task,
-    num_samples: int = 1,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    max_items: int | None = None,
-    k: int = 1,
-    seed: int = 42,
-    rank=None,
-    world_size=None,
-    verbose: bool = True,
+    engine,  # an `Engine` (anything with `model` and `generate_batch`)
+    tokenizer,  # its tokenizer
+    task,  # a generative task: `task[i]` conversations, `outcome` or `evaluate` judges
+    num_samples: int = 1,  # completions per item
+    max_new_tokens: int = 256,  # longest completion
+    temperature: float = 0.0,  # sampling temperature (0: greedy)
+    top_k: int | None = None,  # sample among the k most likely tokens (None: all)
+    max_items: int | None = None,  # score at most this many items (None: all)
+    k: int = 1,  # the k of pass@k
+    seed: int = 42,  # item i samples with seed + i
+    rank=None,  # this rank (default: the process group's)
+    world_size=None,  # ranks splitting the items (default: the process group's)
+    verbose: bool = True,  # print the counts (rank 0)
 ) -> dict:
-    """Sample `num_samples` completions per conversation with `engine.generate_batch` and judge each: its outcome is
-    `task.outcome(conv, text)` if the task has one ("passed" or the failure kind, e.g. "wrong", "no_answer",
-    "timeout", "exit_called"), else "passed"/"wrong" by `task.evaluate(conv, text)`. Returns {"accuracy": share of
-    items whose first sample passed, "pass@k": mean unbiased pass@k over items, "n_scored": items scored,
-    "n_samples": completions judged, "failures": {kind: completions that failed so}} and, if `verbose`, prints those
-    counts (rank 0). Rank-split, sums all-reduced (on CPU tensors: gloo) when a process group exists."""
-    rank = dist.get_rank() if rank is None and dist.is_available() and dist.is_initialized() else (rank or 0)
-    world_size = (
-        dist.get_world_size()
-        if world_size is None and dist.is_available() and dist.is_initialized()
-        else (world_size or 1)
-    )
-    L = engine.model.config.sequence_len
+    """Sample and judge completions of each item: {accuracy, pass@k, n_scored, n_samples, failures}.
+
+    `accuracy` is the share of items whose first sample passed, `pass@k` the mean unbiased pass@k, `failures` counts
+    completions by failure kind (`task.outcome`: "wrong", "no_answer", "timeout", ...). Rank-split, sums all-reduced."""
+    rank, world_size = _dist_rank_world(rank, world_size)
     n = len(task) if max_items is None else min(max_items, len(task))
     sums, failures = torch.zeros(4, dtype=torch.float64), Counter()
     for i in range(rank, n, world_size):
-        conv = task[i]
-        ids = tokenizer.render_for_completion(conv)[-(L - 1) :]
-        outs, _ = engine.generate_batch(
-            ids,
-            num_samples,
-            max_tokens=min(max_new_tokens, L - len(ids)),
-            temperature=temperature,
-            top_k=top_k,
-            seed=seed + i,
+        kinds = judge_samples(
+            engine, tokenizer, task, i, num_samples, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed
         )
-        kinds = [_outcome(task, conv, tokenizer.decode(o)) for o in outs]
         ok = [kd == "passed" for kd in kinds]
         failures.update(kd for kd in kinds if kd != "passed")
         sums += torch.tensor(
             [float(ok[0]), pass_at_k(len(ok), sum(ok), min(k, len(ok))), 1.0, len(ok)], dtype=torch.float64
         )
-    dev = next(engine.model.parameters()).device
-    sums = _all_reduce_sum(sums.to(dev)).cpu()
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        parts = [None] * dist.get_world_size()
-        dist.all_gather_object(parts, dict(failures))
-        failures = sum((Counter(p) for p in parts), Counter())
-    failures = dict(sorted(failures.items()))
+    sums = _all_reduce_sum(sums.to(next(engine.model.parameters()).device)).cpu()
+    failures = _all_counts(failures)
     n_scored, n_samples = int(sums[2]), int(sums[3])
     if verbose and rank == 0:
         print(
             f"{type(task).__name__}: {n_scored} scored ({n_samples} completions), {sum(failures.values())} failed"
             + (": " + ", ".join(f"{kd} {c}" for kd, c in failures.items()) if failures else "")
         )
-    return {
-        "accuracy": (sums[0] / sums[2]).item(),
-        f"pass@{k}": (sums[1] / sums[2]).item(),
-        "n_scored": n_scored,
-        "n_samples": n_samples,
-        "failures": failures,
-    }
+    acc, pk = (sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()
+    return {"accuracy": acc, f"pass@{k}": pk, "n_scored": n_scored, "n_samples": n_samples, "failures": failures}
 
 # %% ../nbs/09_eval.ipynb #e4047e4f
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -459,7 +459,8 @@ main = cli_from_dataclass(
     RLConfig,
     rl,
     cleanup=dist_cleanup,
-    doc="On-policy RL of a nanolit chat model on GSM8K-style problems (one process, or every rank under torchrun).",
+    doc="On-policy RL of a nanolit chat model on GSM8K-style problems (one process, or every rank under torchrun). "
+    "`python -m nanolit.rl report --help`: the run report.",
 )
 
 # %% ../nbs/13_rl.ipynb #ec5edd87

@@ -1,6 +1,6 @@
 """SFT and RL on 2 forked gloo ranks equal one process with the same total batch (fp64): each rank's own parameters
-after training, not only numbers that are all-reduced (and so equal on every rank whatever the code does); the SFT
-and RL CLIs list their options."""
+after training, not only numbers that are all-reduced (and so equal on every rank whatever the code does); a run
+stopped halfway and resumed (on 2 ranks) equals the run never stopped; the SFT and RL CLIs list their options."""
 import json
 import math
 import os

@@ -54,7 +54,9 @@ def prompt_tokens(
     max_turns: int = 32,
     context_len: int | None = None,
 ) -> list[int]:
-    """Validate `messages` (a list of {"role", "content"} with string content, non-empty after strip) and render them
+    """Validate `messages` and render them for the next assistant turn; the prompt's token ids.
+
+    Validate `messages` (a list of {"role", "content"} with string content, non-empty after strip) and render them
     for the next assistant turn with `tokenizer.render_for_completion` (role order: optional system, then user,
     assistant, ... ending with user; ValueError otherwise). ChatLimitError if a message has more than
     `max_message_chars` characters, there are more than `max_turns` user messages, or the prompt does not leave room
@@ -95,10 +97,12 @@ def stream_reply(
     max_tokens: int = 512,
     seed: int | None = None,
 ) -> Iterator[str]:
-    """Yield the assistant reply to the prompt `tokens` as text pieces (whole UTF-8 characters) via
+    """Yield the assistant reply to `tokens` as text pieces (whole UTF-8 characters).
+
+    Yield the assistant reply to the prompt `tokens` as text pieces (whole UTF-8 characters) via
     `engine.stream_text`, ending at `<|assistant_end|>`, after `max_tokens` tokens, or when `stop` is set (checked
-    before each piece; the engine's generator is closed at once, freeing its KV cache). seed None: a fresh random seed
-    per reply."""
+    before each piece; the engine's generator is closed at once, freeing its KV cache). seed None: a fresh random
+    seed per reply."""
     seed = random.randrange(2**31) if seed is None else seed
     pieces = engine.stream_text(tokens, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
     try:
@@ -112,7 +116,8 @@ def stream_reply(
 
 # %% ../nbs/14_chat.ipynb #90fbba2f
 class ChatSession:
-    """A conversation with `model` via an `Engine`: `messages` is the list of {"role", "content"} dicts.
+    """A conversation with `model` via an `Engine`; `messages` is the list of {role, content} dicts.
+
     `system`: optional system prompt. Limits as in `prompt_tokens`; sampling defaults for `stream`."""
 
     def __init__(
@@ -158,8 +163,10 @@ class ChatSession:
             raise
 
     def stream(self, text: str | None = None, stop: threading.Event | None = None, **sampling) -> Iterator[str]:
-        """Add `text` as a user message (if given; validated now, not at first `next`), then return an iterator of reply
-        pieces; when it ends (or `stop` is set) the reply so far is appended as an assistant message."""
+        """Add `text` as a user message (if given), then an iterator of reply pieces.
+
+        Validated now, not at first `next`), then return an iterator of reply pieces; when it ends (or `stop` is
+        set) the reply so far is appended as an assistant message."""
         ids = self.add_user(text) if text is not None else self.prompt()
         return self._stream(ids, stop, {**self.sampling, **sampling})
 
@@ -189,7 +196,8 @@ class ChatSession:
 
 # %% ../nbs/14_chat.ipynb #f05384f8
 def chat_repl(session: ChatSession, prompt: str | None = None, read: Callable[[str], str] = input, out=None):
-    """Run a chat on the terminal: read a line with `read`, stream the reply to `out` (default stdout).
+    """A chat on the terminal: read a line, stream the reply; `/reset` forgets, `/quit` exits.
+
     Commands: `/reset` forgets the conversation, `/quit` (or EOF, Ctrl-C) exits. `prompt`: answer it and return."""
     out = out or sys.stdout
 
@@ -603,8 +611,10 @@ def parse_sse(text: str) -> tuple[str, list[str]]:
 
 # %% ../nbs/14_chat.ipynb #f1bc46b0
 def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 10.0):
-    """Run `app` with uvicorn in a daemon thread. Returns (server, url); stop with `server.should_exit = True`.
-    `port=0` picks a free port. RuntimeError if it has not started within `timeout` seconds."""
+    """Run `app` with uvicorn in a daemon thread; (server, url).
+
+    Stop with `server.should_exit = True`. `port=0` picks a free port. RuntimeError if it has not started within
+    `timeout` seconds."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))

@@ -52,9 +52,11 @@ def checkpoint_dir(stage: str = "base", tag: str | None = None) -> Path:
 
 # %% ../nbs/07_checkpoint.ipynb #ab9634ed
 def clean_state_dict(sd: dict) -> dict:
-    """Copy of `sd` with `torch.compile`'s `_orig_mod.` components removed (anywhere in a key) and DDP's `module.`
-    prefix stripped (only when every key has it; repeated for nested wrappers). Values are not copied.
-    Raises ValueError if two keys collapse to the same name."""
+    """A copy of `sd` without `torch.compile`'s `_orig_mod.` and DDP's `module.` in its keys.
+
+    Copy of `sd` with `torch.compile`'s `_orig_mod.` components removed (anywhere in a key) and DDP's `module.`
+    prefix stripped (only when every key has it; repeated for nested wrappers). Values are not copied. Raises
+    ValueError if two keys collapse to the same name."""
     if not isinstance(sd, dict):
         raise TypeError(f"expected a state dict (dict), got {type(sd).__name__}")
     keys = {k: ".".join(p for p in k.split(".") if p != "_orig_mod") for k in sd}
@@ -160,7 +162,9 @@ _TEMP_RE = re.compile(r"step_(\d+)\.(tmp|old)-[0-9a-f]+")
 
 
 def clean_stale_temps(ckpt_dir, up_to_step: int | None = None) -> list[str]:
-    """Delete the leftover temp dirs of killed saves (`step_NNNNNN.tmp-*`, `step_NNNNNN.old-*`) in `ckpt_dir`; with
+    """Delete the temp dirs killed saves left in `ckpt_dir`; the deleted names, sorted.
+
+    Delete the leftover temp dirs of killed saves (`step_NNNNNN.tmp-*`, `step_NNNNNN.old-*`) in `ckpt_dir`; with
     `up_to_step`, only those of steps <= it. Returns the deleted names (sorted). Never touches complete step dirs or
     other files. Call only when no save into `ckpt_dir` is in progress (rank 0 at the start of a run)."""
     p = Path(ckpt_dir)
@@ -321,7 +325,9 @@ def load_checkpoint(
 
 # %% ../nbs/07_checkpoint.ipynb #2677db4e
 def export_safetensors(model_state: dict, path, metadata: dict | None = None) -> Path:
-    """Write `model_state` (keys cleaned, tensors moved to CPU, made contiguous, shared storage cloned) to a single
+    """Write `model_state` to one safetensors file at `path`, atomically; the path.
+
+    Write `model_state` (keys cleaned, tensors moved to CPU, made contiguous, shared storage cloned) to a single
     safetensors file at `path` (written to a temp file, then renamed). `metadata` values: str kept, others stored as
     JSON text; `format="pt"` is added unless given. Returns the path. TypeError for non-tensor values."""
     from safetensors.torch import save_file
@@ -621,12 +627,14 @@ def _complete_step_dir(ckpt_dir, step):
 
 
 def load_dcp_checkpoint(ckpt_dir, model: nn.Module, optimizer=None, step: int | None = None) -> dict:
-    """Collective (every rank, or one process): load the DCP checkpoint `ckpt_dir/step_NNNNNN/` (`step=None`: the
-    newest complete one) **in place** into `model` (plain, DDP's inner module, or FSDP2-sharded) and, if given,
-    `optimizer` (`MuonAdamW`/torch optimizer, over plain or DTensor parameters, or `ZeroMuonAdamW` at any world
-    size: the state is re-sharded for this layout, keeping its saved dtype; param-group hyperparameters restored).
-    Returns meta.json as a dict. FileNotFoundError if the step is missing or incomplete; ValueError if it is a
-    single-file checkpoint or its parameter names differ from the model's."""
+    """Collective: load a DCP checkpoint **in place** into `model` (and `optimizer`); its meta.json.
+
+    Load the DCP checkpoint `ckpt_dir/step_NNNNNN/` (`step=None`: the newest complete one) **in place** into `model`
+    (plain, DDP's inner module, or FSDP2-sharded) and, if given, `optimizer` (`MuonAdamW`/torch optimizer, over
+    plain or DTensor parameters, or `ZeroMuonAdamW` at any world size: the state is re-sharded for this layout,
+    keeping its saved dtype; param-group hyperparameters restored). Returns meta.json as a dict. FileNotFoundError
+    if the step is missing or incomplete; ValueError if it is a single-file checkpoint or its parameter names differ
+    from the model's."""
     import torch.distributed.checkpoint as dcp
 
     d = _complete_step_dir(ckpt_dir, step)
@@ -675,10 +683,12 @@ def _load_dcp_full(d: Path, device, load_optim: bool):
 
 # %% ../nbs/07_checkpoint.ipynb #14e3dc3f
 def model_from_meta(meta: dict, device="cpu") -> GPT:
-    """An initialised `GPT` with the architecture a checkpoint's `meta` records: `GPTConfig(**meta["model_config"])`,
-    its MLPs replaced by `MoE` layers (`nanolit.parallel.expert_parallel.moeify`) when `meta["moe"]` is set
-    ({experts, top_k, hidden}). Weights are freshly initialised: load the checkpoint's state dict next. ValueError if
-    `meta` has no model_config (not a nanolit model checkpoint)."""
+    """An initialised `GPT` (dense or MoE) with the architecture a checkpoint's `meta` records.
+
+    `GPTConfig(**meta["model_config"])`, its MLPs replaced by `MoE` layers
+    (`nanolit.parallel.expert_parallel.moeify`) when `meta["moe"]` is set ({experts, top_k, hidden}). Weights are
+    freshly initialised: load the checkpoint's state dict next. ValueError if `meta` has no model_config (not a
+    nanolit model checkpoint)."""
     if "model_config" not in meta:
         raise ValueError("meta.json has no 'model_config'; not a nanolit model checkpoint")
     with torch.device("meta"):

@@ -190,9 +190,11 @@ def sample_next(
     top_k: int | None = None,
     top_p: float | None = None,
 ) -> Tensor:
-    """One token id per row from fp32 logits (B, V) -> int64 (B,). temperature 0 = argmax (greedy); top_k keeps the k
-    largest logits (0/None = off); top_p keeps the smallest set of most likely tokens with mass >= top_p (nucleus,
-    Holtzman et al. 2020; None or 1 = off). Draws with `torch.multinomial` using `rng`. ValueError on bad settings."""
+    """One token id per row from fp32 logits (B, V) -> int64 (B,): greedy, top-k, top-p.
+
+    Temperature 0 = argmax (greedy); top_k keeps the k largest logits (0/None = off); top_p keeps the smallest set
+    of most likely tokens with mass >= top_p (nucleus, Holtzman et al. 2020; None or 1 = off). Draws with
+    `torch.multinomial` using `rng`. ValueError on bad settings."""
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)
@@ -207,9 +209,11 @@ def sampling_logprobs(
     top_p: float | None = None,  # the sampler's nucleus mass (None or 1 = off)
     keep: Tensor | None = None,  # optional (...,) int64 ids kept in the support whatever their rank; -1 = none
 ) -> Tensor:
-    """Log-probabilities (..., V), at least fp32, of the distribution `sample_next` draws from: log_softmax of
-    logits / temperature over the top-k / top-p tokens (renormalised), -inf outside. ValueError at temperature 0
-    (greedy is a point mass: no log-probabilities to train on)."""
+    """Log-probabilities (..., V) of the distribution `sample_next` draws from.
+
+    Log-probabilities (..., V), at least fp32, of the distribution `sample_next` draws from: log_softmax of logits /
+    temperature over the top-k / top-p tokens (renormalised), -inf outside. ValueError at temperature 0 (greedy is a
+    point mass: no log-probabilities to train on)."""
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError(
@@ -347,8 +351,10 @@ class Utf8Stream:
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed(self, b: bytes) -> str:
-        """Add bytes `b`; return the str of every character completed so far (possibly ""), keeping an unfinished
-        multi-byte tail (at most 3 bytes) for the next call. Invalid bytes become U+FFFD (RFC 3629 decoding)."""
+        """Add bytes `b`; the str of every character completed so far (possibly "").
+
+        Keeping an unfinished multi-byte tail (at most 3 bytes) for the next call. Invalid bytes become U+FFFD (RFC
+        3629 decoding)."""
         return self._dec.decode(b)
 
     def flush(self) -> str:
@@ -492,9 +498,10 @@ class Engine:
         seed: int = 42,
         specials: bool = True,
     ) -> Iterator[str]:
-        """Generate one sample and yield its text in pieces that are always whole UTF-8 characters (see `Utf8Stream`).
-        Special tokens (tool calls and outputs) appear by name if `specials`, else are left out; the stop token is not
-        yielded."""
+        """Generate one sample and yield its text in pieces that are always whole UTF-8 characters.
+
+        (see `Utf8Stream`). Special tokens (tool calls and outputs) appear by name if `specials`, else are left out;
+        the stop token is not yielded."""
         dec = Utf8Stream()
         for (t,), _ in self.generate(tokens, 1, max_tokens, temperature, top_k, top_p, seed):
             if t in self.stop_tokens:

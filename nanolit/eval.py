@@ -46,10 +46,13 @@ def evaluate_bpb(model, batches, steps: int, token_bytes: torch.Tensor) -> float
 
 # %% ../nbs/09_eval.ipynb #ccf65f9d
 def deal_batches(batches, n_rows: int, rank: int = 0, world_size: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's share of the first `n_rows` rows of the iterator `batches` of (inputs, targets), each (B, T) int64:
-    the rows regrouped into batches of B (B of the first batch), batch i going to rank i % world_size. Every rank gets
-    ceil(n_batches / world_size) batches of shape (B, T); the missing ones, and the missing rows of the last batch, are
-    padding rows with inputs 0 and targets -1 (scored as nothing). ValueError if n_rows < 1 or rank is out of range."""
+    """This rank's share of the first `n_rows` rows of `batches`, regrouped and padded to equal counts.
+
+    This rank's share of the first `n_rows` rows of the iterator `batches` of (inputs, targets), each (B, T) int64:
+    the rows regrouped into batches of B (B of the first batch), batch i going to rank i % world_size. Every rank
+    gets ceil(n_batches / world_size) batches of shape (B, T); the missing ones, and the missing rows of the last
+    batch, are padding rows with inputs 0 and targets -1 (scored as nothing). ValueError if n_rows < 1 or rank is
+    out of range."""
     if n_rows < 1:
         raise ValueError(f"n_rows must be >= 1, got {n_rows}")
     if not 0 <= rank < world_size:
@@ -85,7 +88,9 @@ def unigram_byte_bpb(texts) -> float:
 
 # %% ../nbs/09_eval.ipynb #1fc77881
 def unigram_token_bpb(tokenizer, train_texts, val_texts) -> float:
-    r"""Bits per byte (float) on `val_texts` (iterable of str) of a unigram token model fitted on `train_texts`: token
+    r"""Bits per byte on `val_texts` of a unigram token model fitted on `train_texts` (add-one).
+
+    Bits per byte (float) on `val_texts` (iterable of str) of a unigram token model fitted on `train_texts`: token
     counts with add-one (Laplace) smoothing over the tokenizer's `vocab_size`, loss $-\log_2 p(t)$ summed over val
     tokens, divided by the val texts' UTF-8 bytes. Special tokens are not involved (texts are encoded as ordinary
     text). ValueError if the val texts hold no bytes."""
@@ -220,9 +225,11 @@ def core_prompts(
 
 # %% ../nbs/09_eval.ipynb #3e16f713
 def encode_pair(tokenizer, context: str, continuation: str, max_len: int | None = None) -> tuple[list[int], int]:
-    """Token ids of `<|bos|> context+continuation` and the index where the continuation starts (the end of the longest
-    common prefix with the tokens of `<|bos|> context`). If longer than `max_len`, tokens are dropped from the left
-    (keeping the continuation). ValueError if the continuation is empty or alone exceeds `max_len`."""
+    """Token ids of `<|bos|> context+continuation` and the index where the continuation starts.
+
+    (the end of the longest common prefix with the tokens of `<|bos|> context`). If longer than `max_len`, tokens
+    are dropped from the left (keeping the continuation). ValueError if the continuation is empty or alone exceeds
+    `max_len`."""
     bos = tokenizer.bos_token_id
     full = tokenizer.encode(context + continuation, prepend=bos)
     ctx = tokenizer.encode(context, prepend=bos)
@@ -244,9 +251,12 @@ def encode_pair(tokenizer, context: str, continuation: str, max_len: int | None 
 def continuation_scores(
     model, tokenizer, pairs: list[tuple[str, str]], device=None, pad_id: int | None = None
 ) -> tuple[list[float], list[bool]]:
-    """For each (context, continuation) text pair: the mean cross-entropy in nats over the continuation tokens, and
-    whether greedy (argmax) prediction matches every continuation token. One forward pass over the right-padded batch;
-    `model(idx)` must return logits (B, T, V). Sequences are cut from the left to `model.config.sequence_len`."""
+    """Per (context, continuation) pair: the mean continuation loss (nats) and whether greedy matches.
+
+    For each (context, continuation) text pair: the mean cross-entropy in nats over the continuation tokens, and
+    whether greedy (argmax) prediction matches every continuation token. One forward pass over the right-padded
+    batch; `model(idx)` must return logits (B, T, V). Sequences are cut from the left to
+    `model.config.sequence_len`."""
     device = device or next(model.parameters()).device
     max_len = getattr(getattr(model, "config", None), "sequence_len", None)
     enc = [encode_pair(tokenizer, c, x, max_len) for c, x in pairs]
@@ -280,10 +290,12 @@ def fewshot_indices(n: int, i: int, k: int, seed: int = 1234) -> list[int]:
 def evaluate_core_item(
     model, tokenizer, task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ", device=None
 ) -> bool:
-    """True iff `model` answers one CORE `item` (a dict in the format of `task_type`, see the table above) correctly:
-    multiple choice / schema: the option with the lowest mean continuation loss is `item["gold"]`; language modeling:
-    greedy decoding reproduces every continuation token. `fewshot` solved examples prefix the prompt (DCLM's CORE
-    protocol, Li et al. 2024). ValueError on an unknown `task_type`."""
+    """True iff `model` answers one CORE `item` of `task_type` correctly (DCLM's protocol).
+
+    True iff `model` answers one CORE `item` (a dict in the format of `task_type`, see the table above) correctly:
+    multiple choice / schema: the option with the lowest mean continuation loss is `item["gold"]`; language
+    modeling: greedy decoding reproduces every continuation token. `fewshot` solved examples prefix the prompt
+    (DCLM's CORE protocol, Li et al. 2024). ValueError on an unknown `task_type`."""
     pairs = core_prompts(task_type, item, fewshot, delim)
     losses, exact = continuation_scores(model, tokenizer, pairs, device)
     if task_type == "language_modeling":
@@ -310,9 +322,11 @@ def evaluate_core_task(
     rank: int | None = None,
     world_size: int | None = None,
 ) -> float:
-    """Accuracy of `model` on one CORE task given as plain dicts (formats above). Scores the first `max_items` items
-    (None = all); rank r of W scores items r, r+W, ...; counts are summed over the default process group if one is
-    initialised. Returns correct / scored in [0, 1]. ValueError on an empty task."""
+    """Accuracy of `model` on one CORE task given as plain dicts, in [0, 1].
+
+    Scores the first `max_items` items (None = all); rank r of W scores items r, r+W, ...; counts are summed over
+    the default process group if one is initialised. Returns correct / scored in [0, 1]. ValueError on an empty
+    task."""
     if not items:
         raise ValueError("no items")
     if rank is None:
@@ -337,7 +351,8 @@ def core_score(accuracies: dict[str, float], baselines: dict[str, float]) -> tup
 
 # %% ../nbs/09_eval.ipynb #7d4f971b
 def letter_token_ids(tokenizer, letters) -> list[int]:
-    """The single token id of each answer string in `letters`, encoded exactly as an assistant message text is
+    """The single token id of each answer string in `letters`, encoded as assistant text is.
+
     (`tokenizer.encode(letter)`, no added space). ValueError if one is not a single token."""
     out = []
     for letter in letters:
@@ -352,8 +367,10 @@ def letter_token_ids(tokenizer, letters) -> list[int]:
 def run_categorical(
     model, tokenizer, task, max_items: int | None = None, device=None, rank=None, world_size=None
 ) -> float:
-    """Accuracy on a categorical chat task: for each conversation, the argmax over its `letters` of the next-token
-    logits after `render_for_completion`; `task.evaluate(conv, letter)` judges it. Rank-split, counts all-reduced."""
+    """Accuracy on a categorical chat task: the letter the next-token logits prefer, judged by the task.
+
+    For each conversation, the argmax over its `letters` of the next-token logits after `render_for_completion`;
+    `task.evaluate(conv, letter)` judges it. Rank-split, counts all-reduced."""
     rank, world_size = _dist_rank_world(rank, world_size)
     device = device or next(model.parameters()).device
     L = model.config.sequence_len
@@ -439,8 +456,9 @@ def run_generative(
 
 # %% ../nbs/09_eval.ipynb #e4047e4f
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k), computed as a stable
-    product. ValueError unless 0 <= c <= n and 1 <= k <= n."""
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021).
+
+    1 - C(n-c, k) / C(n, k), computed as a stable product. ValueError unless 0 <= c <= n and 1 <= k <= n."""
     if not (0 <= c <= n and 1 <= k <= n):
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:

@@ -43,15 +43,18 @@ __all__ = ['LETTERS', 'OUTPUT_LIMIT', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EV
 
 # %% ../nbs/10_tasks.ipynb #30057df9
 def text_key(text: str) -> str:
-    """A stable short key (12 hex digits of SHA-256) of `text` with case and runs of whitespace ignored: how an eval
-    item is named in a checkpoint's record of what it trained on (`trained_on` in its meta)."""
+    """A stable short key of `text` (12 hex digits of SHA-256), case and runs of whitespace ignored.
+
+    How an eval item is named in a checkpoint's record of what it trained on (`trained_on` in its meta)."""
     return hashlib.sha256(" ".join(text.casefold().split()).encode("utf-8")).hexdigest()[:12]
 
 
 class Task:
-    """Base task over a list of item dicts. Subclasses define `to_conversation(item) -> dict` and
-    `evaluate(conversation, completion) -> bool`, and set `eval_type`. `start`, `stop`, `step` select a slice of the
-    items (like `items[start:stop:step]`), e.g. to keep a held-out part. IndexError past the end."""
+    """Base task over a list of item dicts: `task[i]` is a conversation, `evaluate` its judge.
+
+    Subclasses define `to_conversation(item) -> dict` and `evaluate(conversation, completion) -> bool`, and set
+    `eval_type`. `start`, `stop`, `step` select a slice of the items (like `items[start:stop:step]`), e.g. to keep a
+    held-out part. IndexError past the end."""
 
     eval_type = "generative"
     n_excluded = 0  # items dropped by `exclude` (e.g. trained on by the model being evaluated)
@@ -102,9 +105,10 @@ LETTERS = "ABCDEFGHIJ"
 
 
 def render_mc(question: str, choices: list[str], letters: str = LETTERS) -> str:
-    """The user message (str) for a lettered multiple-choice question: the question, a blank line, one line
-    `A. choice` per choice, and the instruction to answer with the letter. ValueError unless 2 <= len(choices) <=
-    len(letters)."""
+    """The user message (str) for a lettered multiple-choice question.
+
+    The question, a blank line, one line `A. choice` per choice, and the instruction to answer with the letter.
+    ValueError unless 2 <= len(choices) <= len(letters)."""
     if not 2 <= len(choices) <= len(letters):
         raise ValueError(f"need 2..{len(letters)} choices, got {len(choices)}")
     lines = [question.strip(), ""] + [f"{letters[i]}. {c}" for i, c in enumerate(choices)]
@@ -176,9 +180,10 @@ _MARKER_SIGN_RE = re.compile(r"[ \t]*(?P<sign>[+\-\u2212\u2013])[ \t]+")  # "###
 
 
 def extract_answer(text: str) -> float | None:
-    """The final numeric answer in `text` (float), or None: the first number after the last `####` if there is a
-    `####`, else the last number of the text. None for a non-str (e.g. no completion). The number grammar and its
-    limits are in the prose above."""
+    """The final numeric answer in `text` (float), or None.
+
+    The first number after the last `####` if there is a `####`, else the last number of the text. None for a
+    non-str (e.g. no completion). The number grammar and its limits are in the prose above."""
     if not isinstance(text, str):
         return None
     head, marker, tail = text.rpartition("####")
@@ -515,10 +520,11 @@ def extract_code(completion: str) -> str:
 
 
 def humaneval_parts(item: dict, completion: str) -> tuple[str, str]:
-    """(program, checks) that test `completion` on HumanEval `item` ({'prompt', 'test', 'entry_point', ...}): the
-    program is the completion's code (after the prompt's imports if it defines the entry point, else appended to the
-    prompt as the body); the checks are the item's test and the call `check(entry_point)`, which `run_sandboxed` runs
-    after the program, by the harness."""
+    """(program, checks) that test `completion` on HumanEval `item`.
+
+    The program is the completion's code (after the prompt's imports if it defines the entry point, else appended to
+    the prompt as the body); the checks are the item's test and the call `check(entry_point)`, which `run_sandboxed`
+    runs after the program, by the harness."""
     code = extract_code(completion)
     if re.search(rf"^def {re.escape(item['entry_point'])}\s*\(", code, re.M):
         head = "\n".join(line for line in item["prompt"].splitlines() if line.startswith(("import ", "from ")))
@@ -579,8 +585,10 @@ def word_split(word: str) -> str:
 
 
 class SpellingBee(Task):
-    """Letter counting in words drawn from `words` (only those of `split`, lower-case a-z). `size` items; the letter is
-    one of the word's with probability 0.8, any letter otherwise. Generative; judged by `extract_answer`."""
+    """Letter counting in words drawn from `words` (only those of `split`, lower-case a-z).
+
+    `size` items; the letter is one of the word's with probability 0.8, any letter otherwise. Generative; judged by
+    `extract_answer`."""
 
     eval_type = "generative"
 
@@ -630,7 +638,7 @@ class SpellingBee(Task):
         return text_key(self.word_letter(item["index"])[0])
 
     def evaluate(self, conversation, completion) -> bool:
-        "True iff the answer of `completion` (`extract_answer`: after the last `####`, else the last number) is right."
+        "True iff `extract_answer(completion)` (after the last `####`, else the last number) is the letter's count."
         return numbers_match(extract_answer(completion), conversation["count"])
 
     def outcome(self, conversation, completion) -> str:
@@ -705,8 +713,10 @@ class TaskMixture(Task):
 
 
 class TaskSequence(TaskMixture):
-    """`tasks` played one after another, in order and unshuffled (a curriculum): item i is item j of the task whose
-    range holds i; `len` is the sum of the tasks' lengths. `task_of` and `evaluate` as in `TaskMixture`."""
+    """`tasks` played one after another, in order and unshuffled (a curriculum).
+
+    Item i is item j of the task whose range holds i; `len` is the sum of the tasks' lengths. `task_of` and
+    `evaluate` as in `TaskMixture`."""
 
     def __init__(self, tasks: list):
         self.tasks, self.items = tasks, [(t, j) for t, task in enumerate(tasks) for j in range(len(task))]
@@ -788,8 +798,9 @@ def conv_arc_chat(d):
 
 
 def conv_hellaswag(r):
-    """HellaSwag row {activity_label, ctx_a, ctx_b, endings, label} (Zellers et al. 2019) -> CORE multiple-choice item:
-    query "label: ctx_a Ctx_b", the four endings, gold = label."""
+    """HellaSwag row (Zellers et al. 2019) -> CORE multiple-choice item.
+
+    Row {activity_label, ctx_a, ctx_b, endings, label}: query "label: ctx_a Ctx_b", the four endings, gold = label."""
     ctx = r["ctx_a"] + " " + r["ctx_b"].capitalize() if r["ctx_b"] else r["ctx_a"]
     return dict(
         query=f"{r['activity_label']}: {ctx}".strip(), choices=list(_lit(r["endings"])), gold=int(_lit(r["label"]))
@@ -811,8 +822,9 @@ def conv_boolq(r):
 
 
 def conv_csqa(r):
-    """CommonsenseQA row {question, choices {label, text}, answerKey} (Talmor et al. 2019) -> multiple-choice item;
-    ValueError if answerKey is not among the labels."""
+    """CommonsenseQA row (Talmor et al. 2019) -> multiple-choice item.
+
+    Row {question, choices {label, text}, answerKey}; ValueError if answerKey is not among the labels."""
     ch = _lit(r["choices"])
     return dict(
         query=f"Question: {r['question']}\nAnswer:",
@@ -822,8 +834,10 @@ def conv_csqa(r):
 
 
 def conv_copa(r):
-    """COPA row {premise, choice1, choice2, question 'cause'|'effect', label} (Roemmele et al. 2011, SuperGLUE) ->
-    multiple-choice item: "premise because" / "premise therefore" continued by the lower-cased choices."""
+    """COPA row (Roemmele et al. 2011, SuperGLUE) -> multiple-choice item.
+
+    Row {premise, choice1, choice2, question 'cause'|'effect', label}: "premise because" / "premise therefore"
+    continued by the lower-cased choices."""
     link = " because" if r["question"] == "cause" else " therefore"
 
     def lower(s):
@@ -837,9 +851,10 @@ def conv_copa(r):
 
 
 def conv_winogrande(r):
-    """WinoGrande row {sentence with one '_', option1, option2, answer '1'|'2'} (Sakaguchi et al. 2020) -> CORE schema
-    item: the two sentence prefixes with the blank filled, the shared continuation after it, gold 0 or 1. ValueError
-    if the sentence has no '_'."""
+    """WinoGrande row (Sakaguchi et al. 2020) -> CORE schema item.
+
+    Row {sentence with one '_', option1, option2, answer '1'|'2'}: the two sentence prefixes with the blank filled,
+    the shared continuation after it, gold 0 or 1. ValueError if the sentence has no '_'."""
     pre, post = r["sentence"].split("_", 1)
     return dict(
         context_options=[pre + r["option1"], pre + r["option2"]],
@@ -849,8 +864,10 @@ def conv_winogrande(r):
 
 
 def conv_lm(ctx_key, ans):
-    """A converter (function doc -> CORE language-modeling item {context, continuation}) taking the context from
-    `doc[ctx_key]` and the answer from `ans(doc)`, both stripped (Jeopardy, LAMBADA, SQuAD, CoQA request docs)."""
+    """A converter of request docs to CORE language-modeling items {context, continuation}.
+
+    The context is `doc[ctx_key]`, the answer `ans(doc)`, both stripped (Jeopardy, LAMBADA, SQuAD, CoQA request
+    docs)."""
     return lambda d: dict(context=d[ctx_key].rstrip(), continuation=ans(d).strip())
 
 
@@ -969,9 +986,11 @@ def _bigbench_tasks(names: set[str]) -> dict[str, list[dict]]:
 
 
 def build_eval_data(tasks: list[str] | None = None, bigbench: bool = True, force: bool = False) -> dict[str, int]:
-    """Extract benchmark items into `eval_data/<name>.jsonl` for the CORE tasks and chat sources named in `tasks`
-    (None = all available). `bigbench=False` skips the 358 MB BIG-bench sdist. Returns {name: items} of what exists.
-    Already-built tasks are kept unless `force`. SourceUnavailable if a needed package cannot be fetched."""
+    """Extract benchmark items into `eval_data/<name>.jsonl`; {name: items} of what exists.
+
+    For the CORE tasks and chat sources named in `tasks` (None: all available). `bigbench=False` skips the 358 MB
+    BIG-bench sdist. Already-built tasks are kept unless `force`. SourceUnavailable if a needed package cannot be
+    fetched."""
     out_dir = eval_data_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     wanted = list(CORE_TASKS) + list(CHAT_SOURCES) if tasks is None else list(tasks)
@@ -1109,10 +1128,12 @@ class _SetUnpickler(pickle.Unpickler):
 
 
 def load_words(download: bool = True) -> list[str]:
-    """An English word list (list of str): the system's /usr/share/dict list, else the copy cached in
-    `eval_data_dir()/words.txt`; else, if `download`, Debian `wamerican` fetched with apt (see `nanolit.data.fetch_apt`)
-    or the web2 list of the MIT `english-words` package (a pickled set of str, read with an unpickler that accepts
-    nothing else), cached to words.txt. SourceUnavailable if none can be had (without `download`: none is local)."""
+    """An English word list (list of str), from this machine or, with `download`, fetched once.
+
+    The system's /usr/share/dict list, else the copy cached in `eval_data_dir()/words.txt`; else, if `download`,
+    Debian `wamerican` fetched with apt (see `nanolit.data.fetch_apt`) or the web2 list of the MIT `english-words`
+    package (a pickled set of str, read with an unpickler that accepts nothing else), cached to words.txt.
+    SourceUnavailable if none can be had (without `download`: none is local)."""
     for p in ("/usr/share/dict/american-english", "/usr/share/dict/words", eval_data_dir() / "words.txt"):
         if Path(p).exists():
             return Path(p).read_text(errors="ignore").split()

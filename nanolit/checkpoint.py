@@ -499,10 +499,6 @@ def _restore_param_groups(optimizer, saved: list[dict]) -> None:
             raise ValueError(f"param group {g.get('name')!r} vs saved {h.get('name')!r}")
         g.update({k: tuple(v) if k == "betas" else v for k, v in h.items()})
 
-# %% ../nbs/07_checkpoint.ipynb #544e12c8
-# the old private names, until 10b_run and 11_train import the public ones
-_step_dir, _remove_checkpoint, _param_groups_json = step_path, remove_checkpoint, param_groups_json
-
 # %% ../nbs/07_checkpoint.ipynb #26c350fc
 @contextlib.contextmanager
 def _quiet_single_process():

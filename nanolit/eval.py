@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 import random
+import sys
 import torch
 import torch.nn.functional as F
 import torch.distributed as dist
@@ -467,3 +468,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prod *= 1.0 - k / i
     return 1.0 - prod
+
+# %% ../nbs/09_eval.ipynb #51b08533
+if __name__ == "__main__":
+    sys.exit("error: the eval command is `nanolit-eval base|chat|data` (`python -m nanolit.evaluate ...`) now")

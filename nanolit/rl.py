@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -198,7 +199,7 @@ class RLConfig(OptimConfig, RunConfig):
     """Every knob of an RL run: the shared run fields (`RunConfig`, 10b), the learning rates (`OptimConfig`, 05), and
     RL's own below; each step uses `prompts_per_step` x `num_samples` rollouts (REINFORCE, group-mean baseline)."""
 
-    source_stage: str = "sft"  # stage of the starting checkpoint
+    source_stage: Literal["base", "sft", "rl"] = "sft"  # stage of the starting checkpoint
     source_tag: str = ""  # tag of the starting checkpoint (default: tag)
     source_step: int = -1  # step of the starting checkpoint (-1: the last)
     gsm8k_source: str = "offline"  # offline (pool split from the packaged test set), online (HF train), or a JSONL path

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass, asdict
 from functools import partial
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Literal
 
 import torch
 import torch.distributed as dist
@@ -669,7 +669,7 @@ class SFTConfig(OptimConfig, RunConfig):
     """Every knob of an SFT run: the shared run fields (`RunConfig`, 10b), the learning rates (`OptimConfig`, 05), and
     SFT's own below. Saved with the checkpoint's meta; `python -m nanolit.sft --help` shows them all."""
 
-    source_stage: str = "base"  # stage of the starting checkpoint
+    source_stage: Literal["base", "sft", "rl"] = "base"  # stage of the starting checkpoint
     source_tag: str = ""  # tag of the starting checkpoint (default: tag)
     source_step: int = -1  # step of the starting checkpoint (-1: the last)
     sources: str = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee"  # comma-separated mixture (or jsonl:PATH)

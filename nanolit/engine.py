@@ -18,6 +18,7 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from fastcore.basics import patch
 from torch import Tensor
 
 from .core import detect_compute_dtype
@@ -27,7 +28,7 @@ __all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CA
            'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError', 'calculate', 'calculator',
            'Utf8Stream', 'RowState', 'Engine']
 
-# %% ../nbs/08_engine.ipynb #bdd80434
+# %% ../nbs/08_engine.ipynb #05f9b2f5
 class WindowedKVCache:
     """The engine's KV cache: grows on demand up to `max_len`, a windowed layer attends to its window only.
 
@@ -94,57 +95,65 @@ class WindowedKVCache:
         "Bytes held by the buffer (int): 2 * n_layer * B * capacity * n_kv_head * head_dim * element size."
         return self.kv.numel() * self.kv.element_size()
 
-    def grow(self, capacity: int):
-        "Reallocate to `capacity` positions (no-op if not larger), keeping the filled ones; ValueError past max_len."
-        if capacity > self.max_len:
-            raise ValueError(f"KV cache cannot grow to {capacity} > max_len {self.max_len}")
-        if capacity <= self.capacity:
-            return
-        L, two, B, _, H, D = self.kv.shape
-        new = torch.empty(L, two, B, capacity, H, D, device=self.kv.device, dtype=self.kv.dtype)
-        new[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]
-        self.kv = new
+# %% ../nbs/08_engine.ipynb #a93a5166
+@patch
+def grow(self: WindowedKVCache, capacity: int):
+    "Reallocate to `capacity` positions (no-op if not larger), keeping the filled ones; ValueError past max_len."
+    if capacity > self.max_len:
+        raise ValueError(f"KV cache cannot grow to {capacity} > max_len {self.max_len}")
+    if capacity <= self.capacity:
+        return
+    L, two, B, _, H, D = self.kv.shape
+    new = torch.empty(L, two, B, capacity, H, D, device=self.kv.device, dtype=self.kv.dtype)
+    new[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]
+    self.kv = new
 
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v (B, T, H_kv, D) at pos..pos+T-1 of `layer`; return views of the keys/values it attends to.
 
-        All pos+T for a full layer, the last w-1 cached plus the T new ones for a layer with window w. Does not move
-        `pos` (see `advance`); grows the buffer if needed; ValueError if pos+T > max_len."""
-        end = self.pos + k.size(1)
-        if end > self.max_len:
-            raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
-        if end > self.capacity:
-            self.grow(min(self.max_len, max(end, 2 * self.capacity)))
-        self.kv[layer, 0, :, self.pos : end], self.kv[layer, 1, :, self.pos : end] = k, v
-        w = self.windows[layer]
-        start = 0 if w is None else max(0, self.pos - w + 1)  # the earliest key the first new query can see
-        return self.kv[layer, 0, :, start:end], self.kv[layer, 1, :, start:end]
+@patch
+def update(self: WindowedKVCache, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Write k, v (B, T, H_kv, D) at pos..pos+T-1 of `layer`; return views of the keys/values it attends to.
 
-    def advance(self, T: int) -> None:
-        "Mark T more positions as filled (`pos += T`); the model calls it once per forward, after its last layer."
-        self.pos += T
+    All pos+T for a full layer, the last w-1 cached plus the T new ones for a layer with window w. Does not move
+    `pos` (see `advance`); grows the buffer if needed; ValueError if pos+T > max_len."""
+    end = self.pos + k.size(1)
+    if end > self.max_len:
+        raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
+    if end > self.capacity:
+        self.grow(min(self.max_len, max(end, 2 * self.capacity)))
+    self.kv[layer, 0, :, self.pos : end], self.kv[layer, 1, :, self.pos : end] = k, v
+    w = self.windows[layer]
+    start = 0 if w is None else max(0, self.pos - w + 1)  # the earliest key the first new query can see
+    return self.kv[layer, 0, :, start:end], self.kv[layer, 1, :, start:end]
 
-    def expand(self, batch_size: int, capacity: int | None = None) -> "WindowedKVCache":
-        """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's filled positions.
 
-        Room for `capacity` positions (default this one's, at least `pos`); ValueError unless it has one row."""
-        if self.batch_size != 1:
-            raise ValueError(f"expand needs a batch-1 cache, this one has {self.batch_size} rows")
-        L, _, _, _, H, D = self.kv.shape
-        out = WindowedKVCache(
-            L,
-            batch_size,
-            H,
-            D,
-            max(capacity or self.capacity, self.pos, 1),
-            self.max_len,
-            self.windows,
-            self.kv.device,
-            self.kv.dtype,
-        )
-        out.kv[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]  # broadcasts row 0 into every row (a real copy)
-        out.pos = self.pos
-        return out
+@patch
+def advance(self: WindowedKVCache, T: int) -> None:
+    "Mark T more positions as filled (`pos += T`); the model calls it once per forward, after its last layer."
+    self.pos += T
+
+# %% ../nbs/08_engine.ipynb #8a0c225a
+@patch
+def expand(self: WindowedKVCache, batch_size: int, capacity: int | None = None) -> "WindowedKVCache":
+    """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's filled positions.
+
+    Room for `capacity` positions (default this one's, at least `pos`); ValueError unless it has one row."""
+    if self.batch_size != 1:
+        raise ValueError(f"expand needs a batch-1 cache, this one has {self.batch_size} rows")
+    L, _, _, _, H, D = self.kv.shape
+    out = WindowedKVCache(
+        L,
+        batch_size,
+        H,
+        D,
+        max(capacity or self.capacity, self.pos, 1),
+        self.max_len,
+        self.windows,
+        self.kv.device,
+        self.kv.dtype,
+    )
+    out.kv[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]  # broadcasts row 0 into every row (a real copy)
+    out.pos = self.pos
+    return out
 
 
 def kv_cache_bytes(
@@ -361,7 +370,7 @@ class Utf8Stream:
         "End of stream: the held tail as text (an incomplete character becomes one U+FFFD), then reset."
         return self._dec.decode(b"", final=True)
 
-# %% ../nbs/08_engine.ipynb #76de07f2
+# %% ../nbs/08_engine.ipynb #77f76dc5
 @dataclass
 class RowState:
     "Decoding state of one row: finished, the token ids to force next, and the python-tool call being collected."
@@ -409,108 +418,118 @@ class Engine:
         elif st.in_python:
             st.python_tokens.append(tok)
 
-    def generate(
-        self,
-        tokens: list[int],
-        num_samples: int = 1,
-        max_tokens: int | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int = 42,
-    ) -> Iterator[tuple[list[int], list[int]]]:
-        """Sample `num_samples` continuations of `tokens` as one batch, yielding (tokens, mask) per step.
+# %% ../nbs/08_engine.ipynb #a47e70de
+@patch
+def generate(
+    self: Engine,
+    tokens: list[int],
+    num_samples: int = 1,
+    max_tokens: int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 42,
+) -> Iterator[tuple[list[int], list[int]]]:
+    """Sample `num_samples` continuations of `tokens` as one batch, yielding (tokens, mask) per step.
 
-        Each is a list with one entry per row: its token (-1 once finished), and 1 = sampled, 0 = forced or finished.
-        Stops when every row has finished, after `max_tokens` steps (None: no limit), or at `sequence_len`. Sampling as
-        in `sample_next`, with a torch.Generator seeded by `seed`. ValueError on bad input."""
-        V, L = self.model.config.vocab_size, self.model.config.sequence_len
-        if isinstance(tokens, str):
-            raise TypeError(
-                "the prompt must be token ids, not text: pass tokenizer.encode(text, prepend=tokenizer.bos_token_id)"
-            )
-        if not tokens:
-            raise ValueError("tokens (the prompt) must be non-empty")
-        if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < V for t in tokens):
-            raise ValueError(f"prompt token ids must be ints in [0, {V})")
-        if len(tokens) > L:
-            raise ValueError(f"prompt of {len(tokens)} tokens exceeds sequence_len {L}")
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
-        if max_tokens is not None and max_tokens < 0:
-            raise ValueError(f"max_tokens must be >= 0 or None, got {max_tokens}")
-        _check_sampling(temperature, top_k, top_p)
-        return self._generate(list(map(int, tokens)), num_samples, max_tokens, temperature, top_k, top_p, seed)
+    Each is a list with one entry per row: its token (-1 once finished), and 1 = sampled, 0 = forced or finished.
+    Stops when every row has finished, after `max_tokens` steps (None: no limit), or at `sequence_len`. Sampling as
+    in `sample_next`, with a torch.Generator seeded by `seed`. ValueError on bad input."""
+    V, L = self.model.config.vocab_size, self.model.config.sequence_len
+    if isinstance(tokens, str):
+        raise TypeError(
+            "the prompt must be token ids, not text: pass tokenizer.encode(text, prepend=tokenizer.bos_token_id)"
+        )
+    if not tokens:
+        raise ValueError("tokens (the prompt) must be non-empty")
+    if any(isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < V for t in tokens):
+        raise ValueError(f"prompt token ids must be ints in [0, {V})")
+    if len(tokens) > L:
+        raise ValueError(f"prompt of {len(tokens)} tokens exceeds sequence_len {L}")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if max_tokens is not None and max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0 or None, got {max_tokens}")
+    _check_sampling(temperature, top_k, top_p)
+    return self._generate(list(map(int, tokens)), num_samples, max_tokens, temperature, top_k, top_p, seed)
 
-    @torch.inference_mode()
-    def _generate(self, tokens, N, max_tokens, temperature, top_k, top_p, seed):
-        model, P, L = self.model, len(tokens), self.model.config.sequence_len
-        budget = L - P if max_tokens is None else min(max_tokens, L - P)  # new tokens; the last one is never fed
-        if budget <= 0:
-            return
-        device = next(model.parameters()).device
-        rng = torch.Generator(device=device).manual_seed(seed)
-        cache = WindowedKVCache.for_model(model, 1, capacity=P)
-        logits = model(torch.tensor([tokens], device=device), kv_cache=cache)[:, -1]  # prefill: (1, V)
-        cache = cache.expand(N, capacity=min(P + budget - 1, P + self.decode_room))
-        logits = logits.expand(N, -1)
-        states = [RowState() for _ in range(N)]
-        for step in range(budget):
-            sampled = sample_next(logits, rng, temperature, top_k, top_p).tolist()
-            toks, mask = [], []
-            for i, st in enumerate(states):
-                if st.finished:
-                    toks.append(-1)
-                    mask.append(0)
-                    continue
-                t, f = (st.forced.popleft(), 0) if st.forced else (sampled[i], 1)
-                toks.append(t)
-                mask.append(f)
-                if t in self.stop_tokens:
-                    st.finished = True
-                else:
-                    self._tool_step(st, t)
-            yield toks, mask
-            if step == budget - 1 or all(st.finished for st in states):
-                break
-            feed = torch.tensor([[max(t, 0)] for t in toks], device=device)  # finished rows feed a dummy token
-            logits = model(feed, kv_cache=cache)[:, -1]
 
-    def generate_batch(self, tokens: list[int], num_samples: int = 1, **kw) -> tuple[list[list[int]], list[list[int]]]:
-        """`generate` to the end (keywords as there): (token lists, mask lists), one per sample.
-
-        The new token ids only (no prompt, no final stop token); mask 1 = sampled, 0 = forced by the tool."""
-        out, masks = [[] for _ in range(num_samples)], [[] for _ in range(num_samples)]
-        for toks, mask in self.generate(tokens, num_samples, **kw):
-            for i, (t, f) in enumerate(zip(toks, mask)):
-                if t >= 0 and t not in self.stop_tokens:
-                    out[i].append(t)
-                    masks[i].append(f)
-        return out, masks
-
-    def stream_text(
-        self,
-        tokens: list[int],
-        max_tokens: int | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int = 42,
-        specials: bool = True,
-    ) -> Iterator[str]:
-        """Generate one sample and yield its text in pieces that are always whole UTF-8 characters.
-
-        (see `Utf8Stream`). Special tokens (tool calls and outputs) appear by name if `specials`, else are left out;
-        the stop token is not yielded."""
-        dec = Utf8Stream()
-        for (t,), _ in self.generate(tokens, 1, max_tokens, temperature, top_k, top_p, seed):
+@patch
+@torch.inference_mode()
+def _generate(self: Engine, tokens, N, max_tokens, temperature, top_k, top_p, seed):
+    model, P, L = self.model, len(tokens), self.model.config.sequence_len
+    budget = L - P if max_tokens is None else min(max_tokens, L - P)  # new tokens; the last one is never fed
+    if budget <= 0:
+        return
+    device = next(model.parameters()).device
+    rng = torch.Generator(device=device).manual_seed(seed)
+    cache = WindowedKVCache.for_model(model, 1, capacity=P)
+    logits = model(torch.tensor([tokens], device=device), kv_cache=cache)[:, -1]  # prefill: (1, V)
+    cache = cache.expand(N, capacity=min(P + budget - 1, P + self.decode_room))
+    logits = logits.expand(N, -1)
+    states = [RowState() for _ in range(N)]
+    for step in range(budget):
+        sampled = sample_next(logits, rng, temperature, top_k, top_p).tolist()
+        toks, mask = [], []
+        for i, st in enumerate(states):
+            if st.finished:
+                toks.append(-1)
+                mask.append(0)
+                continue
+            t, f = (st.forced.popleft(), 0) if st.forced else (sampled[i], 1)
+            toks.append(t)
+            mask.append(f)
             if t in self.stop_tokens:
-                break
-            if t in self.special_names:
-                piece = dec.flush() + (self.special_names[t] if specials else "")
+                st.finished = True
             else:
-                piece = dec.feed(self.tokenizer.id_to_bytes(t))
-            if piece:
-                yield piece
-        if tail := dec.flush():
-            yield tail
+                self._tool_step(st, t)
+        yield toks, mask
+        if step == budget - 1 or all(st.finished for st in states):
+            break
+        feed = torch.tensor([[max(t, 0)] for t in toks], device=device)  # finished rows feed a dummy token
+        logits = model(feed, kv_cache=cache)[:, -1]
+
+# %% ../nbs/08_engine.ipynb #892e5f6a
+@patch
+def generate_batch(
+    self: Engine, tokens: list[int], num_samples: int = 1, **kw
+) -> tuple[list[list[int]], list[list[int]]]:
+    """`generate` to the end (keywords as there): (token lists, mask lists), one per sample.
+
+    The new token ids only (no prompt, no final stop token); mask 1 = sampled, 0 = forced by the tool."""
+    out, masks = [[] for _ in range(num_samples)], [[] for _ in range(num_samples)]
+    for toks, mask in self.generate(tokens, num_samples, **kw):
+        for i, (t, f) in enumerate(zip(toks, mask)):
+            if t >= 0 and t not in self.stop_tokens:
+                out[i].append(t)
+                masks[i].append(f)
+    return out, masks
+
+
+@patch
+def stream_text(
+    self: Engine,
+    tokens: list[int],
+    max_tokens: int | None = None,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 42,
+    specials: bool = True,
+) -> Iterator[str]:
+    """Generate one sample and yield its text in pieces that are always whole UTF-8 characters.
+
+    (see `Utf8Stream`). Special tokens (tool calls and outputs) appear by name if `specials`, else are left out;
+    the stop token is not yielded."""
+    dec = Utf8Stream()
+    for (t,), _ in self.generate(tokens, 1, max_tokens, temperature, top_k, top_p, seed):
+        if t in self.stop_tokens:
+            break
+        if t in self.special_names:
+            piece = dec.flush() + (self.special_names[t] if specials else "")
+        else:
+            piece = dec.feed(self.tokenizer.id_to_bytes(t))
+        if piece:
+            yield piece
+    if tail := dec.flush():
+        yield tail

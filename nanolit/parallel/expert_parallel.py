@@ -26,8 +26,7 @@ __all__ = ['route', 'switch_aux_loss', 'grouped_expert_mlp', 'all_to_all', 'MoE'
 def route(logits: Tensor, top_k: int, renormalize: bool = True):
     """Top-k routing. logits: (N, E) router outputs (any float dtype; softmax in fp32, or fp64 for fp64 logits).
     Returns (experts (N,k) int64, weights (N,k), probs (N,E) softmax, counts (E,) int64 assignments per expert).
-    `weights` are the top-k softmax probabilities, renormalised to sum to 1 when `renormalize`. Raises ValueError if k >
-    E."""
+    `weights` are the top-k softmax probabilities, renormalised to sum to 1 when `renormalize`. ValueError if k > E."""
     N, E = logits.shape
     if not 1 <= top_k <= E:
         raise ValueError(f"top_k must be in [1, n_experts={E}], got {top_k}")
@@ -143,8 +142,7 @@ class MoE(nn.Module):
 
     @classmethod
     def from_dense(cls, moe: "MoE", group) -> "MoE":
-        """The expert-parallel copy of a one-rank `moe` for this rank of `group`: same router, this rank's slice of
-        experts."""
+        "The expert-parallel copy of a one-rank `moe` for this rank of `group`: its router, this rank's experts."
         ep = cls(moe.d, moe.hidden, moe.n_experts, moe.top_k, moe.renormalize, group, moe.aux_scope).to(moe.w_fc.device)
         lo = ep.ep_rank * ep.n_local
         with torch.no_grad():

@@ -819,8 +819,8 @@ def parallelize_dtensor(model: GPT, mesh=None, *, sp: bool = False, device_mesh=
 
 
 def loss_context(model: nn.Module):
-    """`loss_parallel()` for a model from `parallelize_dtensor` (wrap forward with targets and backward in it), else a
-    no-op."""
+    """`loss_parallel()` for a model from `parallelize_dtensor` (wrap forward with targets and backward in it),
+    else a no-op."""
     from contextlib import nullcontext
 
     if not getattr(model, "tp_dtensor", False):

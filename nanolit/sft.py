@@ -29,8 +29,8 @@ from .model import GPT
 from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
 from .parallel.mesh import Mesh, init_mesh
-from .parallel.tensor_parallel import parallelize, tensor_parallel_optimizer, full_state_dict
-from .checkpoint import load_dcp_checkpoint
+from .parallel.tensor_parallel import TensorParallel, full_state_dict, load_full_state_dict
+from .checkpoint import load_checkpoint, load_dcp_checkpoint
 from .engine import Engine
 from .eval import run_categorical, run_generative
 from nanolit.tasks import (
@@ -48,7 +48,7 @@ from nanolit.tasks import (
     SourceUnavailable,
 )
 from .run import RunConfig, Run, check_resume
-from .train import grad_accum_steps
+from .train import grad_accum_steps, restore_param_groups_by_name
 
 # %% auto #0
 __all__ = ['CHITCHAT', 'CHATTERBOT', 'IDENTITY_FACTS', 'SOURCE_EVAL_TASK', 'main', 'chitchat_conversations',
@@ -691,14 +691,12 @@ class SFTConfig(OptimConfig, RunConfig):
     sp: bool = False  # sequence parallel on top of tp
 
     def check(self) -> None:
-        "ValueError naming the first invalid field: the shared ones (`RunConfig.check`), then tp, sp, resume."
+        "ValueError naming the first invalid field: the shared ones (`RunConfig.check`), then tp and sp."
         RunConfig.check(self)
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
             self.bad("tp", "must be an int >= 1")
         if self.sp and self.tp == 1:
             self.bad("sp", "sequence parallelism needs --tp > 1")
-        if self.tp > 1 and str(self.resume).strip().lower() not in ("false", "no", "0", ""):
-            self.bad("resume", "a tensor-parallel SFT run saves no optimizer state: it resumes at --tp 1 only")
 
 # %% ../nbs/12_sft.ipynb #988543cc
 def lineage_meta(
@@ -771,10 +769,12 @@ class SFTLayout:
     dp_size: int  # data ranks
     group: object  # the group of loss and count sums: the dp group under tp; None (the world) otherwise
     dup: int  # copies of each token count in a world sum: tp at dp == 1 < world (pure tp), else 1
+    tp_part: TensorParallel  # 06c's layout: splits the model and wraps the optimizer, gathers and splits full state
 
 
 def sft_layout(
     tp: int,  # tensor-parallel size: dp = world / tp
+    sp: bool,  # sequence parallel on top of tp
     device: torch.device,  # this rank's device
 ) -> SFTLayout:
     "The `SFTLayout` of this launch (after `dist_init`); `init_mesh`'s ValueError if tp does not divide the world."
@@ -784,7 +784,8 @@ def sft_layout(
     # right means once divided by `dup`; gradients, whose shards differ, are only averaged when dp > 1
     group = mesh.group("dp") if mesh.size("tp") > 1 else None
     dup = mesh.size("tp") if group is None else 1
-    return SFTLayout(device, mesh, mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp"), group, dup)
+    tp_part = TensorParallel(mesh, sp=sp)
+    return SFTLayout(device, mesh, mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp"), group, dup, tp_part)
 
 # %% ../nbs/12_sft.ipynb #dd51cc0d
 def sft_num_steps(
@@ -869,8 +870,7 @@ def setup_sft(
     model, tok, src_meta = load_source(cfg, run.device)
     broadcast_parameters(model, group=None)  # the full model, before tp splits it: the same on every rank
     n_params = model.num_params()
-    if lay.tp > 1:
-        parallelize(model, lay.mesh, sp=cfg.sp)  # before the optimizer
+    lay.tp_part.prepare(model)  # split every matrix over tp (`parallelize`; nothing at tp 1), before the optimizer
     model.train()
     B, T = cfg.device_batch_size, model.config.sequence_len
     accum = grad_accum_steps(cfg.total_batch_size, B, T, lay.dp_size)  # 11_train's
@@ -884,8 +884,7 @@ def setup_sft(
         for a in range(accum)
     ]
     lrs = cfg.optimizer_kwargs(cfg.init_lr_frac)  # every lr x init_lr_frac (05)
-    optimizer = build_optimizer(model.param_groups(), model_dim=model.config.n_embd, **lrs)
-    optimizer = tensor_parallel_optimizer(optimizer) if lay.tp > 1 else optimizer
+    optimizer = lay.tp_part.optimizer(build_optimizer(model.param_groups(), model_dim=model.config.n_embd, **lrs))
     chat = cfg.chat_eval_every != 0 and cfg.chat_eval_items > 0
     eval_tasks = chat_eval_tasks(cfg.chat_eval_tasks, cfg.gsm8k_source, lineage["trained_on"]) if chat else {}
     meta = dict(model_config=asdict(model.config), counts=counts, **lineage, accum=accum, n_slots=n_slots, tp=lay.tp)
@@ -940,25 +939,39 @@ def sft_evaluate(
 # %% ../nbs/12_sft.ipynb #510df1b2
 def sft_save(
     run: Run,  # the run (10b)
+    lay: SFTLayout,  # where the work goes
     step: int,  # optimizer steps done
     s: SFTSetup,  # the model and the meta
-    optimizer=None,  # saved too when given (and tp == 1): what a resumed run needs
+    optimizer=None,  # saved too when given: what a resumed run needs
 ) -> None:
-    "Checkpoint `step`: model (and optimizer), or under tp the gathered full weights alone; a collective."
-    if s.meta["tp"] > 1:
-        run.save(step, s.model, None, s.meta, model_state=full_state_dict(s.model))
+    "Checkpoint `step` (model, and optimizer), full tensors under tp so it loads at any layout; a collective."
+    if lay.tp == 1:
+        full = {}
+    elif optimizer is None:
+        full = dict(model_state=full_state_dict(s.model))
     else:
-        run.save(step, s.model, optimizer, s.meta)
+        full = lay.tp_part.full_state(s.model, optimizer)  # the gathered model and optimizer tensors
+    run.save(step, s.model, optimizer, s.meta, **full)
 
 
 def sft_resume(
     run: Run,  # a resuming run (10b)
+    lay: SFTLayout,  # where the work goes (a split model reads the full tensors, keeps its part)
     s: SFTSetup,  # model, optimizer and batch streams: overwritten in place
 ) -> int:
     "Load the newest checkpoint into `s` (weights, optimizer, RNG, history, stream positions); returns its step."
     step, saved = run.load_meta(s.num_steps, s.meta["model_config"], s.tok)
     check_resume(saved, s.meta["n_slots"], run.world, s.meta["accum"])
-    load_dcp_checkpoint(run.dir, s.model, s.optimizer if step < s.num_steps else None, step)  # the last: weights only
+    optimizer = s.optimizer if step < s.num_steps else None  # the last checkpoint holds the weights alone
+    if lay.tp == 1:
+        load_dcp_checkpoint(run.dir, s.model, optimizer, step)
+    elif optimizer is None:
+        load_full_state_dict(s.model, load_checkpoint(run.dir, step, device=run.device, load_optim=False)[0])
+    else:
+        model_sd, optim_sd, _ = load_checkpoint(run.dir, step, device=run.device)
+        flat = {f"{n}/{k}": v for n, st in optim_sd["state"].items() for k, v in st.items()}
+        lay.tp_part.load_full_state(s.model, optimizer, model_sd, flat)  # this rank's part of each tensor
+        restore_param_groups_by_name(optimizer, saved["optim_param_groups"])
     run.restore(saved)  # RNG state and history
     for it in s.loaders:  # each step drew one batch from each stream: draw them again (the streams are deterministic)
         for _ in range(step):
@@ -969,6 +982,7 @@ def sft_resume(
 # %% ../nbs/12_sft.ipynb #05059e12
 def sft_finish(
     run: Run,  # the run (10b): its dir, history and ranks
+    lay: SFTLayout,  # where the work goes
     s: SFTSetup,  # the model and the meta
     seconds: float,  # wall time of the loop
 ) -> dict:
@@ -976,7 +990,7 @@ def sft_finish(
     chats, val = run.history.get("chat_eval", []), run.history["val"]
     rows = chats[-1]["rows"] if chats else []  # the chat eval at the end
     s.meta["chat_eval"] = rows
-    sft_save(run, s.num_steps, s)
+    sft_save(run, lay, s.num_steps, s)
     result = dict(
         num_steps=s.num_steps,
         counts=s.meta["counts"],
@@ -998,9 +1012,9 @@ def sft(
     cfg.check()
     run = Run(cfg, "sft")  # checkpoint dir, resume decision, dist_init, seeding (10b)
     run.history["chat_eval"] = []  # SFT's third record: the chat eval's rows, by step
-    lay = sft_layout(cfg.tp, run.device)  # data over dp, the model over tp
+    lay = sft_layout(cfg.tp, cfg.sp, run.device)  # data over dp, the model over tp
     s = setup_sft(cfg, run, lay)
-    start = sft_resume(run, s) if run.resuming else 0
+    start = sft_resume(run, lay, s) if run.resuming else 0
     if (done := run.complete(start, s.num_steps)) is not None:  # resumed after its last step: nothing to train
         return done
     print0(describe_sft(cfg, s, lay, run.world))
@@ -1032,12 +1046,12 @@ def sft(
         if done < s.num_steps:
             sft_evaluate(run, cfg, s, lay, done)
             if run.stop_due(done, s.num_steps):
-                sft_save(run, done, s, s.optimizer)
+                sft_save(run, lay, done, s, s.optimizer)
                 return run.stopped(done)
             if run.save_due(done, s.num_steps):
-                sft_save(run, done, s, s.optimizer)
+                sft_save(run, lay, done, s, s.optimizer)
     sft_evaluate(run, cfg, s, lay, s.num_steps)
-    return sft_finish(run, s, time.time() - t_start)
+    return sft_finish(run, lay, s, time.time() - t_start)
 
 # %% ../nbs/12_sft.ipynb #a0949bdb
 main = cli_from_dataclass(

@@ -114,8 +114,35 @@ def test_sft_resume_equals_uninterrupted(tiny_base_dir):
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_l), atol=1e-6, rtol=1e-6)
         assert ref_v is not None and val == pytest.approx(ref_v, rel=1e-6)
         _assert_same_params(sd, ref_sd, f"resumed rank {rank}")
-    with pytest.raises(ValueError, match="resumes at --tp 1 only"):
-        _sft(tiny_base_dir, "sft_cut", total, steps=4, resume="true", tp=2)
+
+
+def _sft_ckpt(base, run, total, steps=4, **kw):
+    "An SFT run (fp64) read back from its checkpoint (full tensors at any layout): (per-step losses, weights)."
+    os.environ["NANOLIT_BASE_DIR"] = str(base)
+    import nanolit.sft as S
+    from nanolit.checkpoint import load_checkpoint
+    with fp64(base):
+        res = S.sft(S.SFTConfig(tag=run, source_tag="tiny_sft", sources="identity,gsm8k", gsm8k_source=_mini_gsm8k(base),
+                                device_batch_size=2, total_batch_size=total, num_iterations=steps, eval_every=-1,
+                                eval_batches=2, chat_eval_every=0, progress=False, **kw))
+        sd = load_checkpoint(res["checkpoint"], load_optim=False)[0]
+    return [h["loss"] for h in res["history"]["train"]], sd
+
+
+def test_sft_resume_across_tensor_parallel(tiny_base_dir):
+    """A tp 2 SFT run stopped after 2 of 4 steps resumes on one process, and a one-process run stopped there resumes
+    at tp 2 (2 ranks): both end with the uninterrupted one-process run's losses and weights (fp64)."""
+    _tiny_base(tiny_base_dir)
+    total = 2 * T * 2
+    ref_l, ref_sd = _sft_ckpt(tiny_base_dir, "sft_tpr_full", total)
+    run_distributed(_sft_ckpt, 2, tiny_base_dir, "sft_tpr_cut2", total, stop_after=2, tp=2, timeout=300)
+    outs = [_sft_ckpt(tiny_base_dir, "sft_tpr_cut2", total, resume="true")]                    # tp 2 -> one process
+    cut_l, cut_sd = _sft_ckpt(tiny_base_dir, "sft_tpr_cut1", total, stop_after=2)
+    assert cut_l == ref_l[:2] and any(not torch.equal(cut_sd[k], ref_sd[k]) for k in ref_sd)     # stopped halfway
+    outs += run_distributed(_sft_ckpt, 2, tiny_base_dir, "sft_tpr_cut1", total, resume="true", tp=2, timeout=300)
+    for who, (losses, sd) in zip(["tp 2 -> 1", "1 -> tp 2, rank 0", "1 -> tp 2, rank 1"], outs):
+        torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_l), atol=1e-6, rtol=1e-6, msg=who)
+        _assert_same_params(sd, ref_sd, who)
 
 
 def _sft_start(base):

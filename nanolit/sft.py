@@ -28,7 +28,7 @@ from .tokenizer import Tokenizer, get_tokenizer
 from .model import GPT
 from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
-from .parallel.mesh import Mesh, init_mesh
+from .parallel.mesh import init_mesh
 from .parallel.tensor_parallel import TensorParallel, full_state_dict, load_full_state_dict
 from .checkpoint import load_checkpoint, load_dcp_checkpoint
 from .engine import Engine
@@ -763,7 +763,6 @@ class SFTLayout:
     "Where an SFT run puts its work: data over dp = world / tp data ranks, each model split over tp (06c)."
 
     device: torch.device  # this rank's device
-    mesh: Mesh  # the device mesh (06a), tp innermost
     tp: int  # tensor-parallel size
     dp_rank: int  # this rank's data rank
     dp_size: int  # data ranks
@@ -778,14 +777,14 @@ def sft_layout(
     device: torch.device,  # this rank's device
 ) -> SFTLayout:
     "The `SFTLayout` of this launch (after `dist_init`); `init_mesh`'s ValueError if tp does not divide the world."
-    mesh = init_mesh(tp=tp)
+    mesh = init_mesh(tp=tp)  # tp innermost: a tp group is neighbouring ranks
     # the dp group; None means the whole world, which is the dp group when tp == 1. At dp == 1 < world (pure tp) the
     # tp ranks hold identical losses and counts, so the world sums in sft_backward / masked_loss still give the
     # right means once divided by `dup`; gradients, whose shards differ, are only averaged when dp > 1
     group = mesh.group("dp") if mesh.size("tp") > 1 else None
     dup = mesh.size("tp") if group is None else 1
     tp_part = TensorParallel(mesh, sp=sp)
-    return SFTLayout(device, mesh, mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp"), group, dup, tp_part)
+    return SFTLayout(device, mesh.size("tp"), mesh.local_rank("dp"), mesh.size("dp"), group, dup, tp_part)
 
 # %% ../nbs/12_sft.ipynb #dd51cc0d
 def sft_num_steps(

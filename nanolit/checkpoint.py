@@ -107,7 +107,7 @@ def step_path(ckpt_dir, step: int) -> Path:
     "The folder of checkpoint `step` in `ckpt_dir`: `step_NNNNNN` (six digits); not created."
     return Path(ckpt_dir) / f"step_{step:06d}"
 
-
+# %% ../nbs/07_checkpoint.ipynb #239a104e
 def _is_complete(d: Path) -> bool:
     "A step dir is complete iff its COMPLETE marker parses and every file it lists exists with the recorded size."
     try:
@@ -445,7 +445,7 @@ def _optim_templates(optimizer, model, saved: dict) -> dict[str, Tensor]:
                 want[key[len("optim/") :]] = t
     return want
 
-
+# %% ../nbs/07_checkpoint.ipynb #406a5162
 @torch.no_grad()
 def _install_optim_state(optimizer, model, loaded: dict) -> None:
     "Put per-parameter state (`{'<name>/<key>': tensor}`) into `optimizer`, re-sharding it for a `ZeroMuonAdamW`."
@@ -488,7 +488,7 @@ def param_groups_json(optimizer) -> list[dict]:
         for g in optimizer.param_groups
     ]
 
-
+# %% ../nbs/07_checkpoint.ipynb #55861318
 def _restore_param_groups(optimizer, saved: list[dict]) -> None:
     if len(saved) != len(optimizer.param_groups):
         raise ValueError(
@@ -542,7 +542,7 @@ def _shared_temp_dir(root: Path, final: Path, rank: int, on: bool) -> Path:
         dist.barrier()
     return tmp
 
-
+# %% ../nbs/07_checkpoint.ipynb #031f9e77
 def _write_dcp(state: dict, tmp: Path, final: Path, step: int, meta_text: str, keep_last, rank: int, on: bool):
     "Every rank writes its shards into `tmp`, then rank 0 adds meta.json and commits; rank 0's error text or None."
     import torch.distributed.checkpoint as dcp
@@ -621,7 +621,7 @@ def _complete_step_dir(ckpt_dir, step):
         )
     return d
 
-
+# %% ../nbs/07_checkpoint.ipynb #74589b6f
 def load_dcp_checkpoint(ckpt_dir, model: nn.Module, optimizer=None, step: int | None = None) -> dict:
     """Collective: load a DCP checkpoint **in place** into `model` (and `optimizer`); its meta.json.
 
@@ -657,7 +657,7 @@ def load_dcp_checkpoint(ckpt_dir, model: nn.Module, optimizer=None, step: int | 
             _restore_param_groups(optimizer, meta["optim_param_groups"])
     return meta
 
-
+# %% ../nbs/07_checkpoint.ipynb #5f95e65b
 def _load_dcp_full(d: Path, device, load_optim: bool):
     "One process, no group: every tensor of a DCP step dir in full -> (model_state, optim_state or None)."
     import torch.distributed.checkpoint as dcp

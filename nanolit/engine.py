@@ -191,7 +191,7 @@ def _sampling_logits(
         drop = drop & ~kept
     return z.masked_fill(drop, float("-inf"))
 
-
+# %% ../nbs/08_engine.ipynb #8a4afb67
 def sample_next(
     logits: Tensor,
     rng: torch.Generator | None = None,
@@ -273,7 +273,7 @@ def _check_value(x):
         raise CalculatorError(f"{type(x).__name__} values are not allowed")
     return x
 
-
+# %% ../nbs/08_engine.ipynb #83441c70
 def _binop(op: type, a, b):
     if _is_num(a) and _is_num(b):
         if op is ast.Mult and type(a) is int and type(b) is int and a.bit_length() + b.bit_length() > CALC_MAX_BITS:
@@ -300,7 +300,7 @@ def _binop(op: type, a, b):
         return s * k
     raise CalculatorError(f"{op.__name__} is not allowed on {type(a).__name__} and {type(b).__name__}")
 
-
+# %% ../nbs/08_engine.ipynb #63a487b9
 def _calc_eval(node: ast.AST, deadline: float):
     if time.perf_counter() > deadline:
         raise CalculatorError("time limit")
@@ -344,7 +344,7 @@ def calculate(expr: str) -> str:
     except (SyntaxError, ValueError, ArithmeticError, TypeError, MemoryError, RecursionError) as e:
         raise CalculatorError(f"{type(e).__name__}: {e}") from None
 
-
+# %% ../nbs/08_engine.ipynb #ba60aae7
 def calculator(expr: str) -> str | None:
     "The tool: `calculate(expr)`, or None if the expression is unsafe, invalid or fails (division by zero, ...)."
     try:
@@ -453,7 +453,7 @@ def generate(
     _check_sampling(temperature, top_k, top_p)
     return self._generate(list(map(int, tokens)), num_samples, max_tokens, temperature, top_k, top_p, seed)
 
-
+# %% ../nbs/08_engine.ipynb #5f823668
 @patch
 @torch.inference_mode()
 def _generate(self: Engine, tokens, N, max_tokens, temperature, top_k, top_p, seed):

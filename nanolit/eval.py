@@ -132,7 +132,7 @@ def piece_rows(pieces: list[list[int]], batch_size: int, T: int, bos: int) -> tu
         y[r, : len(p) - 1] = torch.tensor(p[1:])
     return x, y
 
-
+# %% ../nbs/09_eval.ipynb #f8333015
 @torch.no_grad()
 def evaluate_bpb_exact(
     model,  # `model(x, y, loss_reduction='none')` returns per-token nats (B, T)
@@ -309,7 +309,7 @@ def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(t)
     return t
 
-
+# %% ../nbs/09_eval.ipynb #7b11e280
 def evaluate_core_task(
     model,
     tokenizer,
@@ -412,7 +412,7 @@ def _all_counts(failures: Counter) -> dict:
         failures = sum((Counter(p) for p in parts), Counter())
     return dict(sorted(failures.items()))
 
-
+# %% ../nbs/09_eval.ipynb #6a7c6033
 def run_generative(
     engine,  # an `Engine` (anything with `model` and `generate_batch`)
     tokenizer,  # its tokenizer

@@ -46,7 +46,7 @@ def _short(v, n: int = 40) -> str:
     r = repr(v)
     return r if len(r) <= n else f"{r[:n]}... ({len(r)} characters)"
 
-
+# %% ../nbs/14_chat.ipynb #b00a29ad
 def prompt_tokens(
     tokenizer: Tokenizer,
     messages: list[dict],
@@ -87,7 +87,7 @@ def prompt_tokens(
         )
     return ids
 
-
+# %% ../nbs/14_chat.ipynb #483abd15
 def stream_reply(
     engine: Engine,
     tokens: list[int],
@@ -685,7 +685,7 @@ def _show_reply(box, pieces):
     box.view.value = _conversation_html(box.session.messages)
     box.send.disabled = False
 
-
+# %% ../nbs/14_chat.ipynb #2fa0c2f4
 def _on_send(box):
     "Send: refuse while a reply is streaming or for an invalid message, else stream the reply in a thread."
     if _busy(box):
@@ -717,7 +717,7 @@ def _wait(box, timeout: float | None = None) -> bool:
         box.thread.join(timeout)
     return not _busy(box)
 
-
+# %% ../nbs/14_chat.ipynb #214e1f28
 def chat_widget(
     model=None,  # a `GPT` in eval mode (unless `session` is given)
     tokenizer: Tokenizer | None = None,  # its tokenizer

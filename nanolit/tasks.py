@@ -202,7 +202,7 @@ def numbers_match(got: float | None, want: float | None, rel: float = 1e-9) -> b
     "True iff both are numbers and |got - want| <= rel * max(1, |want|) (False when either is None)."
     return got is not None and want is not None and abs(got - want) <= rel * max(1.0, abs(want))
 
-
+# %% ../nbs/10_tasks.ipynb #bd27dd06
 _CALC_RE = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
 
 
@@ -218,7 +218,7 @@ def gsm8k_parts(answer: str) -> list[dict]:
         parts.append(dict(type="text", text=answer[pos:]))
     return parts
 
-
+# %% ../nbs/10_tasks.ipynb #5c9ed9ae
 class GSM8K(Task):
     "Grade-school math (Cobbe et al. 2021); items {'question', 'answer' (solution ending in '#### n')}. Generative."
 
@@ -426,7 +426,7 @@ def _spawn_guard(d: str, nonce_r: int, verdict_w: int, keep, memory_mb: int, tim
         preexec_fn=_sandbox_preexec(memory_mb << 20, int(timeout) + 1),
     )
 
-
+# %% ../nbs/10_tasks.ipynb #6e4f4721
 def _wait_or_kill(p: subprocess.Popen, timeout: float) -> bool:
     "Wait up to `timeout` seconds for `p`, else kill its process group; True if it had to be killed."
     try:
@@ -539,7 +539,7 @@ def humaneval_program(item: dict, completion: str) -> str:
     prog, checks = humaneval_parts(item, completion)
     return f"{prog}\n{checks}"
 
-
+# %% ../nbs/10_tasks.ipynb #5506da46
 class HumanEval(Task):
     "HumanEval (Chen et al. 2021, 164 problems): items {task_id, prompt, canonical_solution, test, entry_point}."
 
@@ -583,7 +583,7 @@ def word_split(word: str) -> str:
     "'test' for about 10% of words (crc32 of the word mod 10 == 0), else 'train'."
     return "test" if zlib.crc32(word.encode("utf-8")) % 10 == 0 else "train"
 
-
+# %% ../nbs/10_tasks.ipynb #b86c165b
 class SpellingBee(Task):
     """Letter counting in words drawn from `words` (only those of `split`, lower-case a-z).
 
@@ -682,7 +682,7 @@ class CustomJSON(Task):
         ref = conversation["messages"][-1]["content"]
         return isinstance(ref, str) and completion.strip() == ref.strip()
 
-
+# %% ../nbs/10_tasks.ipynb #04f5e61f
 class TaskMixture(Task):
     "Items of several tasks, `round(w * len(t))` from each (cycling when w > 1), shuffled with `seed`."
 
@@ -820,7 +820,7 @@ def conv_boolq(r):
         gold=int(_lit(r["answer"]) in (True, "True", "true")),
     )
 
-
+# %% ../nbs/10_tasks.ipynb #9c020d6e
 def conv_csqa(r):
     """CommonsenseQA row (Talmor et al. 2019) -> multiple-choice item.
 
@@ -862,7 +862,7 @@ def conv_winogrande(r):
         gold=int(_lit(r["answer"])) - 1,
     )
 
-
+# %% ../nbs/10_tasks.ipynb #d77f2d51
 def conv_lm(ctx_key, ans):
     """A converter of request docs to CORE language-modeling items {context, continuation}.
 
@@ -984,7 +984,7 @@ def _bigbench_tasks(names: set[str]) -> dict[str, list[dict]]:
                     out[t].append(json.load(tf.extractfile(m)))
     return out
 
-
+# %% ../nbs/10_tasks.ipynb #f48fdef9
 def build_eval_data(tasks: list[str] | None = None, bigbench: bool = True, force: bool = False) -> dict[str, int]:
     """Extract benchmark items into `eval_data/<name>.jsonl`; {name: items} of what exists.
 
@@ -1126,7 +1126,7 @@ class _SetUnpickler(pickle.Unpickler):
             return getattr(__import__("builtins"), name)
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
 
-
+# %% ../nbs/10_tasks.ipynb #4b159974
 def load_words(download: bool = True) -> list[str]:
     """An English word list (list of str), from this machine or, with `download`, fetched once.
 

@@ -27,7 +27,7 @@ from .core import autodetect_device_type, get_base_dir, git_commit
 from .tokenizer import Tokenizer, check_tokenizer, get_tokenizer
 from .model import GPT, GPTConfig
 from .parallel.expert_parallel import moeify
-from .parallel.data_parallel import ZeroMuonAdamW, _all_gather
+from .parallel.data_parallel import ZeroMuonAdamW, all_gather_into
 
 # %% auto #0
 __all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint', 'remove_checkpoint',
@@ -404,7 +404,7 @@ def optimizer_state_dict(optimizer, model: nn.Module) -> dict[str, Tensor]:
                     buf = st[k]
                     if W > 1:
                         buf = torch.empty(W * L["shard"], dtype=st[k].dtype, device=st[k].device)
-                        _all_gather(buf, st[k].contiguous(), optimizer.group)
+                        all_gather_into(buf, st[k].contiguous(), optimizer.group)
                     for p, off in zip(g["params"], L["offsets"]):
                         out[f"{name(p)}/{k}"] = buf[off : off + p.numel()].view(p.shape).clone()
                 for p in g["params"]:

@@ -602,8 +602,8 @@ def write_report(
     for title, stage, t, name, caption, section in parts:  # a stage not run is noted, not an error
         meta, d = last_meta(stage, t)
         lines += [title, ""] + section(meta, d, copy_plot(d, name, caption, out, tag) if meta else [])
-    # the chat eval tables written by `python -m nanolit.eval chat`
-    lines += ["## 4. Chat evaluation (`python -m nanolit.eval chat`)", "", CHAT_EVAL_NOTE, ""]
+    # the chat eval tables written by `nanolit-eval chat`
+    lines += ["## 4. Chat evaluation (`nanolit-eval chat`)", "", CHAT_EVAL_NOTE, ""]
     tables = sorted((base / "eval").glob(f"*_{tag}_chat.md")) if (base / "eval").is_dir() else []
     for t in tables:
         lines += [s.replace("# ", "### ", 1) if s.startswith("# ") else s for s in t.read_text().splitlines()] + [""]

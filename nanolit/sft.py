@@ -30,7 +30,7 @@ from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, a
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
 from .parallel.mesh import init_mesh
 from .parallel.tensor_parallel import TensorParallel, full_state_dict, load_full_state_dict
-from .checkpoint import load_checkpoint, load_dcp_checkpoint
+from .checkpoint import load_checkpoint, load_dcp_checkpoint, load_model
 from .engine import Engine
 from .eval import run_categorical, run_generative
 from nanolit.tasks import (
@@ -44,7 +44,6 @@ from nanolit.tasks import (
     load_words,
     fetch_online,
     eval_data_dir,
-    load_model,
     SourceUnavailable,
 )
 from .run import RunConfig, Run, check_resume

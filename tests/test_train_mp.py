@@ -58,7 +58,7 @@ def test_pp_checkpoint_resumes_at_other_pp_and_loads_plain(tiny_base_dir):
     run_distributed(_train, 2, tiny_base_dir, "pp2_stop", pp=2, stop_after=2, timeout=400)
     assert list_checkpoints(base / "pp2_stop") == [2]
     shutil.copytree(base / "pp2_stop", base / "pp2_stop_b")
-    from nanolit.chat import load_model           # a plain model from the pipeline checkpoint: every stage's weights
+    from nanolit.checkpoint import load_model           # a plain model from the pipeline checkpoint: every stage's weights
     with fp64(tiny_base_dir):
         m_pp, _, meta = load_model("base", "pp2_stop", 2, device="cpu")
     assert meta["pp"] == 2

@@ -50,7 +50,7 @@ def test_tp_checkpoint_resumes_at_other_tp_and_loads_plain(tiny_base_dir):
     shutil.copytree(base / "tp2_stop", base / "tp2_stop_b")
     shutil.copytree(base / "tp2_stop", base / "tp2_stop_c")
     # plain model from the tp checkpoint (chat's loader): the same outputs as the one-process run's step-2 model
-    from nanolit.chat import load_model
+    from nanolit.checkpoint import load_model
     old = os.environ.get("NANOLIT_BASE_DIR"); os.environ["NANOLIT_BASE_DIR"] = str(tiny_base_dir)
     try:
         m_tp, _, meta = load_model("base", "tp2_stop", 2, device="cpu")

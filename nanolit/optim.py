@@ -19,8 +19,8 @@ from .core import COMPUTE_DTYPE
 # %% auto #0
 __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'adamw_update_',
            'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'muon_step_', 'MuonAdamW',
-           'OptimConfig', 'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr',
-           'apply_muon_momentum']
+           'OptimConfig', 'check_param_groups', 'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier',
+           'muon_momentum', 'apply_lr', 'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
@@ -329,20 +329,8 @@ class OptimConfig:
 PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
 
 
-def build_optimizer(
-    param_groups: dict[str, list],  # `PARAM_GROUP_KEYS` -> parameters (a missing key: none), as GPT.param_groups()
-    *,
-    matrix_lr: float = OptimConfig.matrix_lr,  # Muon, for "matrix" (2-D, or 3-D stacks of expert matrices)
-    embedding_lr: float = OptimConfig.embedding_lr,  # AdamW lrs, times (model_dim/768)**-0.5 with a `model_dim`
-    unembedding_lr: float = OptimConfig.unembedding_lr,
-    scalar_lr: float = OptimConfig.scalar_lr,
-    weight_decay: float = OptimConfig.weight_decay,  # on 2-D (and stacked) parameters only
-    adam_betas: tuple[float, float] = (0.8, 0.95),
-    adam_eps: float = 1e-10,
-    muon_momentum: float = 0.95,
-    model_dim: int | None = None,  # the model width, for nanochat's width scaling of AdamW's lrs
-) -> MuonAdamW:  # every group has `name` and `initial_lr` (its lr, what schedules multiply)
-    "A `MuonAdamW` for a model's parameter groups. ValueError on unknown keys, a parameter twice, a 0-/1-D matrix."
+def check_param_groups(param_groups: dict[str, list]):
+    "ValueError on an unknown group key, a parameter in two groups, or a 0-/1-D parameter in 'matrix' (Muon's)."
     unknown = set(param_groups) - set(PARAM_GROUP_KEYS)
     if unknown:
         raise ValueError(f"unknown parameter group keys {sorted(unknown)}; expected {PARAM_GROUP_KEYS}")
@@ -357,6 +345,23 @@ def build_optimizer(
             raise ValueError(
                 f"'matrix' parameters go to Muon and must be matrices (or stacks of them), got shape {tuple(p.shape)}"
             )
+
+
+def build_optimizer(
+    param_groups: dict[str, list],  # `PARAM_GROUP_KEYS` -> parameters (a missing key: none), as GPT.param_groups()
+    *,
+    matrix_lr: float = OptimConfig.matrix_lr,  # Muon, for "matrix" (2-D, or 3-D stacks of expert matrices)
+    embedding_lr: float = OptimConfig.embedding_lr,  # AdamW lrs, times (model_dim/768)**-0.5 with a `model_dim`
+    unembedding_lr: float = OptimConfig.unembedding_lr,
+    scalar_lr: float = OptimConfig.scalar_lr,
+    weight_decay: float = OptimConfig.weight_decay,  # on 2-D (and stacked) parameters only
+    adam_betas: tuple[float, float] = (0.8, 0.95),
+    adam_eps: float = 1e-10,
+    muon_momentum: float = 0.95,
+    model_dim: int | None = None,  # the model width, for nanochat's width scaling of AdamW's lrs
+) -> MuonAdamW:  # every group has `name` and `initial_lr` (its lr, what schedules multiply)
+    "A `MuonAdamW` for a model's parameter groups. ValueError on unknown keys, a parameter twice, a 0-/1-D matrix."
+    check_param_groups(param_groups)
     scale = 1.0 if model_dim is None else (model_dim / 768) ** -0.5
     groups = []
     if param_groups.get("matrix"):

@@ -238,9 +238,6 @@ def all_gather_into(
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp, group=group)
 
 
-_all_gather = all_gather_into  # the old private name (07 imports it until it switches to `all_gather_into`)
-
-
 class ZeroMuonAdamW:
     """ZeRO-1 (Rajbhandari et al. 2020) `MuonAdamW` over the data-parallel `group`: same param groups, same
     hyperparameters, same result as the unsharded optimizer after averaging gradients, with 1/W of its state.
@@ -372,7 +369,7 @@ class ZeroMuonAdamW:
                     )
             if self.world > 1:
                 full = torch.empty(self.world * S, dtype=gs.dtype, device=gs.device)
-                _all_gather(full, p_shard, self.group)
+                all_gather_into(full, p_shard, self.group)
                 self.comm_bytes += full.numel() * full.element_size()
             else:
                 full = p_shard

@@ -37,10 +37,13 @@ def _local(t: Tensor) -> Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def allreduce_gradients(params, group=None) -> None:
-    """Average `p.grad` over the ranks of `group` in place, one `all_reduce` per parameter (the naive rung).
-    Parameters without a gradient are skipped (they must be skipped on every rank). A DTensor gradient (a
-    tensor-parallel shard, replicated over `group`) has its local shard averaged. No-op on one rank."""
+# Parameters without a gradient are skipped (they must be skipped on every rank). A DTensor gradient (a
+# tensor-parallel shard, replicated over `group`) has its local shard averaged. No-op on one rank.
+def allreduce_gradients(
+    params,  # parameters whose `.grad` is averaged
+    group=None,  # process group (default: the world)
+) -> None:
+    """Average `p.grad` over the ranks of `group` in place, one `all_reduce` per parameter (the naive rung)."""
     world = group_size(group)
     if world == 1:
         return
@@ -52,10 +55,13 @@ def allreduce_gradients(params, group=None) -> None:
         g.div_(world)
 
 
-def broadcast_parameters(module: nn.Module, src: int = 0, group=None) -> None:
-    """Copy rank `src`'s parameters and buffers to every rank of `group` in place (one `broadcast` each), so all
-    replicas start identical (DTensors: their local shards). `src` is a global rank. No-op on one rank; every rank
-    must call it (a collective)."""
+# DTensors broadcast their local shards. No-op on one rank; every rank must call it (a collective).
+def broadcast_parameters(
+    module: nn.Module,  # its parameters and buffers are overwritten
+    src: int = 0,  # the global rank whose values are copied
+    group=None,  # process group (default: the world)
+) -> None:
+    """Copy rank `src`'s parameters and buffers to every rank of `group` in place, so all replicas start identical."""
     if group_size(group) == 1:
         return
     with torch.no_grad():
@@ -78,20 +84,22 @@ def replicas_max_diff(module: nn.Module, group=None) -> float:
     return worst
 
 # %% ../../nbs/06b_data_parallel.ipynb #3460f9f1
+# The design of PyTorch DDP's reducer (Li et al. 2020). `params` are bucketed in reverse order (a new bucket also
+# starts when dtype or device changes); buckets are launched in order. Per optimizer step: run the backward of
+# micro-steps 1..k-1 inside `with b.no_sync():`, the last one outside, then `b.finish()`, which waits, divides by the
+# group size and writes the averages into `p.grad`. A parameter whose `.grad` is None at `finish()` contributes zeros
+# and receives the average (all ranks stay alike). `num_collectives` and `bytes_reduced` (payload bytes) count the
+# communication; `remove()` detaches the hooks. No hooks and no communication on one rank. ValueError if a parameter
+# is listed twice; RuntimeError if a second synced backward runs before `finish()`.
 class GradBucketer:
-    """Rung 2: average gradients over `group` in flat buckets of about `bucket_mb` MB, each all-reduced
-    asynchronously from post-accumulate-grad hooks while backward is still running (the design of PyTorch DDP's
-    reducer, Li et al. 2020).
+    """Rung 2: average gradients in ~`bucket_mb` MB buckets, all-reduced asynchronously during backward."""
 
-    `params` are bucketed in reverse order (a new bucket also starts when dtype or device changes); buckets are
-    launched in order. Usage per optimizer step: run the backward of micro-steps 1..k-1 inside `with b.no_sync():`,
-    the last one outside, then call `b.finish()`, which waits, divides by the group size and writes the averages into
-    `p.grad`. A parameter whose `.grad` is None at `finish()` contributes zeros and receives the average (all ranks
-    stay alike). `num_collectives` and `bytes_reduced` (payload bytes) count the communication. `remove()` detaches
-    the hooks. No hooks and no communication on one rank. Raises ValueError if `bucket_mb <= 0` or a parameter is
-    listed twice; RuntimeError if a second synced backward runs before `finish()`."""
-
-    def __init__(self, params, group=None, bucket_mb: float = 25.0):
+    def __init__(
+        self,
+        params,  # parameters whose gradients are averaged (each listed once)
+        group=None,  # process group (default: the world)
+        bucket_mb: float = 25.0,  # bucket size in MB (> 0, else ValueError)
+    ):
         if not bucket_mb > 0:
             raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
         self.group, self.world = group, group_size(group)
@@ -185,12 +193,15 @@ class GradBucketer:
         self._hooks = []
 
 # %% ../../nbs/06b_data_parallel.ipynb #a9a43fc2
-def wrap_ddp(model: nn.Module, group=None, bucket_mb: float = 25.0, **kwargs) -> nn.Module:
-    """Wrap `model` in `torch.nn.parallel.DistributedDataParallel` over `group` (rung 3): gradients are averaged in
-    buckets of `bucket_mb` MB during backward; use `with model.no_sync():` for all but the last micro-step. Rank 0's
-    parameters are broadcast on construction. Buffers are not re-broadcast every forward (`broadcast_buffers=False`:
-    ours are derived, like the rotary tables). Extra `kwargs` go to DDP. Raises RuntimeError without an
-    initialised process group (on one process, use the model as it is)."""
+# Rank 0's parameters are broadcast on construction. Buffers are not re-broadcast every forward
+# (`broadcast_buffers=False`: ours are derived, like the rotary tables). On one process, use the model as it is.
+def wrap_ddp(
+    model: nn.Module,  # the model to wrap
+    group=None,  # process group (default: the world)
+    bucket_mb: float = 25.0,  # gradients are averaged in buckets of this many MB during backward
+    **kwargs,  # passed on to DistributedDataParallel
+) -> nn.Module:
+    """Wrap `model` in DDP over `group` (rung 3; `with model.no_sync():` for all but the last micro-step)."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("DDP needs an initialised process group")
     from torch.nn.parallel import DistributedDataParallel
@@ -199,14 +210,15 @@ def wrap_ddp(model: nn.Module, group=None, bucket_mb: float = 25.0, **kwargs) ->
     return DistributedDataParallel(model, process_group=group, bucket_cap_mb=bucket_mb, **kwargs)
 
 # %% ../../nbs/06b_data_parallel.ipynb #0ede1847
-def shard_layout(numels: list[int], world: int, whole: bool = False) -> tuple[list[int], list[int], int]:
-    """Where each of a group's parameters lives in a flat buffer of `world * shard` elements, rank r owning
-    elements [r*shard, (r+1)*shard). Returns (offsets, owners, shard); `owners[i]` is the rank holding all of
-    parameter i (or -1 when it may straddle ranks).
-
-    `whole=False` (for element-wise optimizers like AdamW): parameters back to back, the tail zero-padded to a
-    multiple of `world`. `whole=True` (for Muon): parameter i goes whole to rank i % world (round-robin), each
-    rank's segment padded to the longest. Raises ValueError if `world < 1` or a size is negative."""
+# Rank r owns elements [r*shard, (r+1)*shard) of a flat buffer of `world * shard`. `whole=False` (element-wise
+# optimizers like AdamW): parameters back to back, the tail zero-padded to a multiple of `world`. `whole=True` (Muon):
+# parameter i goes whole to rank i % world (round-robin), each rank's segment padded to the longest.
+def shard_layout(
+    numels: list[int],  # each parameter's number of elements (>= 0)
+    world: int,  # number of ranks (>= 1)
+    whole: bool = False,  # keep each parameter whole on one rank
+) -> tuple[list[int], list[int], int]:
+    """Returns (offsets, owners, shard): each parameter's flat offset, its owning rank (-1 if it may straddle ranks)."""
     if world < 1:
         raise ValueError(f"world must be >= 1, got {world}")
     if any(n < 0 for n in numels):
@@ -238,21 +250,24 @@ def all_gather_into(
     (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp, group=group)
 
 
+# Same param groups, hyperparameters and result as the unsharded optimizer after averaging gradients, with 1/W of its
+# state. Per step, with local gradients accumulated in `p.grad` (do NOT all-reduce them first): `reduce_gradients()`
+# reduce-scatters and averages them (called by `step()` if not yet done), optional `clip_grad_norm_(max_norm)` clips
+# by the global norm over all shards, `step()` updates this rank's shard (AdamW element-wise on a slice of each
+# flattened, zero-padded AdamW group; Muon on whole matrices dealt round-robin, see `shard_layout`) and all-gathers
+# the parameters. A None gradient counts as zero (unlike `MuonAdamW`, which skips it), so that all ranks issue the
+# same collectives. Every parameter of a group must share dtype and device (ValueError). `comm_bytes` counts the
+# payload bytes passed to collectives; `state_bytes()` the optimizer state on this rank.
 class ZeroMuonAdamW:
-    """ZeRO-1 (Rajbhandari et al. 2020) `MuonAdamW` over the data-parallel `group`: same param groups, same
-    hyperparameters, same result as the unsharded optimizer after averaging gradients, with 1/W of its state.
+    """ZeRO-1 (Rajbhandari et al. 2020) `MuonAdamW` sharding its state over the data-parallel `group`."""
 
-    `param_groups`: what `MuonAdamW` takes, or a fresh (never stepped) `MuonAdamW` to shard (e.g. from
-    `build_optimizer`; its `param_groups` list is shared, so `apply_lr`/`apply_muon_momentum` work on either).
-    Per step, with local gradients accumulated in `p.grad` (do NOT all-reduce them first): `reduce_gradients()`
-    reduce-scatters and averages them (called by `step()` if not yet done), optional `clip_grad_norm_(max_norm)`
-    clips by the global norm over all shards, `step()` updates this rank's shard (AdamW element-wise on a slice of
-    each flattened, zero-padded AdamW group; Muon on whole matrices dealt round-robin, see `shard_layout`) and
-    all-gathers the parameters. A gradient that is None counts as zero (unlike `MuonAdamW`, which skips it), so that
-    all ranks issue the same collectives. Every parameter of a group must share dtype and device (ValueError).
-    `comm_bytes` counts the payload bytes passed to collectives; `state_bytes()` the optimizer state on this rank."""
-
-    def __init__(self, param_groups, group=None):
+    def __init__(
+        self,
+        # what `MuonAdamW` takes, or a fresh (never stepped) `MuonAdamW` to shard (e.g. from `build_optimizer`; its
+        # `param_groups` list is shared, so `apply_lr`/`apply_muon_momentum` work on either)
+        param_groups,
+        group=None,  # the data-parallel process group (default: the world)
+    ):
         if isinstance(param_groups, MuonAdamW):
             if param_groups.state:
                 raise ValueError("shard a MuonAdamW before its first step (resharding state is 07_checkpoint's job)")
@@ -284,11 +299,10 @@ class ZeroMuonAdamW:
             if a < b:
                 yield p, off, a - lo, b - lo
 
+    # Gradients are flattened in `shard_layout` order, None counting as zeros. Called by `step` if not called before.
     @torch.no_grad()
     def reduce_gradients(self) -> None:
-        """Reduce-scatter the local `p.grad`s of every group (flattened in `shard_layout` order, None counting as
-        zeros): afterwards this rank holds the average over ranks of its (shard,) slice. Called by `step` if not
-        called before."""
+        """Reduce-scatter the local `p.grad`s: afterwards this rank holds the average of its (shard,) slice."""
         self._grad_shards = []
         for g, L in zip(self.param_groups, self.layouts):
             p0, W, S = g["params"][0], self.world, L["shard"]
@@ -305,11 +319,14 @@ class ZeroMuonAdamW:
             self.comm_bytes += flat.numel() * flat.element_size()
             self._grad_shards.append(shard)
 
+    # torch's rule: coefficient min(1, max_norm / (norm + 1e-6)). The norm is 0-D, fp64 if any gradient is, else fp32
+    # (the rule of `clip_grad_norm_`), the same on all ranks.
     @torch.no_grad()
-    def clip_grad_norm_(self, max_norm: float) -> Tensor:
-        """Scale the reduced gradient shards so their global L2 norm is at most `max_norm` (torch's rule:
-        coefficient min(1, max_norm / (norm + 1e-6))); returns the norm before clipping (0-D, fp64 if any gradient is,
-        else fp32: the rule of `clip_grad_norm_`; the same on all ranks)."""
+    def clip_grad_norm_(
+        self,
+        max_norm: float,  # the largest global L2 norm allowed
+    ) -> Tensor:
+        """Scale the reduced gradient shards to global L2 norm at most `max_norm`; returns the norm before clipping."""
         if self._grad_shards is None:
             self.reduce_gradients()
         acc = torch.float64 if any(s.dtype == torch.float64 for s in self._grad_shards) else torch.float32
@@ -322,11 +339,14 @@ class ZeroMuonAdamW:
             s.mul_(coef.to(s.dtype))
         return total
 
+    # Reduce-scatter gradients (unless `reduce_gradients` ran), update this rank's shard (AdamW elementwise, Muon on
+    # the whole matrices it owns), all-gather the parameters in place. A collective: every rank of the group calls it.
     @torch.no_grad()
-    def step(self, closure=None):
-        """One optimizer step (see the class doc): reduce-scatter gradients (unless `reduce_gradients` ran), update this
-        rank's shard (AdamW elementwise, Muon on the whole matrices it owns), all-gather the parameters in place.
-        Returns `closure()`'s loss or None. A collective: every rank of the group must call it."""
+    def step(
+        self,
+        closure=None,  # re-evaluates the loss, as in torch optimizers
+    ):
+        """One optimizer step (see the class comment); returns `closure()`'s loss or None."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -402,10 +422,11 @@ class ZeroMuonAdamW:
 
         return sum(walk(s) for s in self.state)
 
+    # {"zero": {rank, world_size, layouts, shapes, kinds}, "state": per group state (AdamW: step/exp_avg/exp_avg_sq of
+    # shape (shard,); Muon: {param index: {momentum_buffer}} for this rank's matrices), "param_groups": hyperparameters
+    # without params}.
     def state_dict(self) -> dict:
-        """This rank's shard of the state plus the metadata to interpret it: {"zero": {rank, world_size, layouts,
-        shapes, kinds}, "state": per group state (AdamW: step/exp_avg/exp_avg_sq of shape (shard,); Muon: {param
-        index: {momentum_buffer}} for this rank's matrices), "param_groups": hyperparameters without params}."""
+        """This rank's shard of the optimizer state plus the metadata to interpret it."""
         meta = dict(
             rank=self.rank,
             world_size=self.world,
@@ -449,15 +470,20 @@ def shard_optimizer(optimizer: MuonAdamW, group=None) -> ZeroMuonAdamW:
     return ZeroMuonAdamW(optimizer, group)
 
 # %% ../../nbs/06b_data_parallel.ipynb #4909084a
-def apply_fsdp(model: nn.Module, mesh=None, units=None, reshard_after_forward: bool = True) -> nn.Module:
-    """Shard `model` in place with FSDP2 (`torch.distributed.fsdp.fully_shard`, Zhao et al. 2023) and return it.
-
-    Each module in `units` (default: `model.blocks` if the model has them, else its direct children that hold
-    parameters) becomes one unit, all-gathered just in time for its forward and backward; the root holds the rest.
-    `mesh`: a 1-D torch `DeviceMesh` (e.g. `Mesh.device_mesh["dp"]`; default: all ranks of the default group on the
-    parameters' device type). Parameters become `DTensor`s sharded on dim 0. For gradient accumulation call
-    `model.set_requires_gradient_sync(False)` before all but the last micro-step. Raises RuntimeError without an
-    initialised process group."""
+# Each unit is all-gathered just in time for its forward and backward; the root holds the rest. Parameters become
+# `DTensor`s sharded on dim 0. For gradient accumulation call `model.set_requires_gradient_sync(False)` before all
+# but the last micro-step.
+def apply_fsdp(
+    model: nn.Module,  # sharded in place
+    # a 1-D torch `DeviceMesh` (e.g. `Mesh.device_mesh["dp"]`; default: all ranks of the default group on the
+    # parameters' device type)
+    mesh=None,
+    # the modules that each become one unit (default: `model.blocks` if the model has them, else its direct
+    # children that hold parameters)
+    units=None,
+    reshard_after_forward: bool = True,  # free the gathered parameters after each unit's forward
+) -> nn.Module:
+    """Shard `model` in place with FSDP2 (`fully_shard`, Zhao et al. 2023) and return it; needs a process group."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("FSDP2 needs an initialised process group")
     from torch.distributed.fsdp import fully_shard
@@ -478,12 +504,18 @@ def apply_fsdp(model: nn.Module, mesh=None, units=None, reshard_after_forward: b
     return model
 
 # %% ../../nbs/06b_data_parallel.ipynb #1c7b0e9b
-def _shard_groups(p: Tensor, g: Tensor, group, sharded: bool, shard_groups=None) -> tuple:
-    """The process groups over which the gradient `g` of `p` is split into disjoint pieces: its squares are summed over
-    them. A DTensor says so itself: the mesh dims where it is `Shard` (a `Replicate` dim holds copies, counted once);
-    a plain tensor tagged `_tp_group` (06c's hand-built tensor-parallel shards) is a piece over that group; any other
-    plain tensor is a replica, or with `sharded` a piece over `group`; a layout's `shard_groups(p)` (06a), when
-    given, says it instead of the tag. () means this rank holds the whole gradient."""
+# A DTensor says so itself: the mesh dims where it is `Shard` (a `Replicate` dim holds copies, counted once); a plain
+# tensor tagged `_tp_group` (06c's hand-built tensor-parallel shards) is a piece over that group; any other plain
+# tensor is a replica, or with `sharded` a piece over `group`; a layout's `shard_groups(p)` (06a), when given, says it
+# instead of the tag. () means this rank holds the whole gradient.
+def _shard_groups(
+    p: Tensor,  # the parameter
+    g: Tensor,  # its gradient
+    group,  # the data-parallel group
+    sharded: bool,  # plain tensors are disjoint pieces over `group`
+    shard_groups=None,  # a layout's `shard_groups(p)`, naming plain tensors' groups
+) -> tuple:
+    """The process groups over which gradient `g` of `p` is split into disjoint pieces (its squares summed there)."""
     from torch.distributed.tensor import DTensor
 
     if isinstance(g, DTensor):
@@ -504,20 +536,22 @@ def _shard_groups(p: Tensor, g: Tensor, group, sharded: bool, shard_groups=None)
     return out + ((group,) if sharded and group_size(group) > 1 else ())
 
 
+# torch.nn.utils.clip_grad_norm_'s rule: multiply by min(1, max_norm / (norm + 1e-6)). Every element of the whole
+# model's gradient is counted once, whatever the layout: a DTensor gradient (FSDP2, DTensor tensor parallel, both) is
+# summed over the mesh dims where it is sharded and not over those where it is replicated; a hand-tagged
+# tensor-parallel shard (`_tp_group`) over its group; a plain tensor is a replica, or with `sharded=True` a disjoint
+# piece held by each rank of `group`. Every rank must pass the same list of parameters (one all-reduce per distinct
+# set of groups). ValueError if `max_norm <= 0` or a gradient is a Partial DTensor.
 @torch.no_grad()
-def clip_grad_norm_(params, max_norm: float, group=None, *, sharded: bool = False, shard_groups=None) -> Tensor:
-    """Clip gradients in place to global L2 norm `max_norm` (torch.nn.utils.clip_grad_norm_'s rule: multiply by
-    min(1, max_norm / (norm + 1e-6))); returns the global norm before clipping as a 0-D tensor (fp64 if any gradient
-    is, else fp32), the same on every rank.
-
-    `params`: parameters (their `.grad`, after synchronisation), or a `ZeroMuonAdamW` (clips its reduced shards).
-    Every element of the whole model's gradient is counted once, whatever the layout: a DTensor gradient (FSDP2,
-    DTensor tensor parallel, both) is summed over the mesh dims where it is sharded and not over those where it is
-    replicated; a hand-tagged tensor-parallel shard (`_tp_group`) over its group; a plain tensor is a replica, or
-    with `sharded=True` a disjoint piece held by each rank of `group`. Every rank must pass the same list of
-    parameters (one all-reduce per distinct set of groups). `shard_groups`: a layout's (06a `MeshLayout`), which
-    names each plain tensor's groups instead of its tag. ValueError if `max_norm <= 0` or a gradient is a Partial
-    DTensor."""
+def clip_grad_norm_(
+    params,  # parameters (their `.grad`, after synchronisation), or a `ZeroMuonAdamW` (clips its reduced shards)
+    max_norm: float,  # the largest global L2 norm allowed (> 0)
+    group=None,  # the data-parallel group (default: the world)
+    *,
+    sharded: bool = False,  # plain gradients are disjoint pieces over `group`
+    shard_groups=None,  # a layout's (06a `MeshLayout`): names each plain tensor's groups instead of its tag
+) -> Tensor:
+    """Clip gradients in place to global L2 norm `max_norm`; returns the pre-clip norm (0-D, same on all ranks)."""
     if not max_norm > 0:
         raise ValueError(f"max_norm must be > 0, got {max_norm}")
     if isinstance(params, ZeroMuonAdamW):

@@ -49,17 +49,23 @@ def stage_layers(n_layer: int, num_stages: int) -> list[range]:
     return [range(sum(sizes[:s]), sum(sizes[: s + 1])) for s in range(num_stages)]
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #602d6732
+# The token embedding lives on the first stage; the final norm, `lm_head` and softcap on the last. The embedding,
+# block, value-embedding and lm_head modules are shared with `model` (no copy); `resid_lambdas`/`x0_lambdas` are new
+# Parameters holding this stage's slice. forward(*acts, idx): `idx` (B,T) int64 on every stage (value embeddings are
+# looked up by token id); the first stage takes no `acts`, a later one takes acts = (x, x0), each (B,T,d) in the
+# compute dtype. It returns (x, x0), or on the last stage the fp32 softcapped logits (B,T,V), exactly as
+# `GPT.forward` computes them. A model already made tensor-parallel by `nanolit.parallel.tensor_parallel.parallelize`
+# (sp=False) works too: the last stage then returns this tp rank's vocabulary slice and `loss` is the vocab-parallel
+# cross-entropy.
 class GPTStage(nn.Module):
-    """Stage `stage_index` of `num_stages` of a `GPT`: its layers (`stage_layers`), the token embedding on the first
-    stage, the final norm, `lm_head` and softcap on the last. Shares the embedding, block, value-embedding and lm_head
-    modules with `model` (no copy); `resid_lambdas`/`x0_lambdas` are new Parameters holding this stage's slice.
-    forward(*acts, idx): `idx` (B,T) int64 on every stage (value embeddings are looked up by token id); the first stage
-    takes no `acts`, a later one takes acts = (x, x0), each (B,T,d) in the compute dtype. Returns (x, x0), or on the
-    last stage the fp32 softcapped logits (B,T,V), exactly as `GPT.forward` computes them. A model already made
-    tensor-parallel by `nanolit.parallel.tensor_parallel.parallelize` (sp=False) works too: the last stage then returns
-    this tp rank's vocabulary slice of the logits and `loss` is the vocab-parallel cross-entropy."""
+    """Stage `stage_index` of `num_stages` of a `GPT`: its layers (`stage_layers`), sharing the model's modules."""
 
-    def __init__(self, model: GPT, stage_index: int, num_stages: int):
+    def __init__(
+        self,
+        model: GPT,  # the full model (its modules are shared, not copied)
+        stage_index: int,  # which stage, in [0, num_stages)
+        num_stages: int,  # how many stages the model is cut into
+    ):
         super().__init__()
         c = model.config
         if not 0 <= stage_index < num_stages:
@@ -81,10 +87,13 @@ class GPTStage(nn.Module):
         self.register_buffer("cos", model.cos, persistent=False)
         self.register_buffer("sin", model.sin, persistent=False)
 
-    def forward(self, *acts: Tensor, idx: Tensor):
-        """Run this stage's layers. `idx` (B,T) int64; `acts` = () on the first stage, else (x, x0), each (B,T,d) in the
-        compute dtype. Returns (x, x0) or, on the last stage, fp32 softcapped logits (B,T,V) (this tp rank's vocab slice
-        under tp). ValueError if `idx` is not 2-D or a later stage gets other than two activations."""
+    # ValueError if `idx` is not 2-D or a later stage gets other than two activations.
+    def forward(
+        self,
+        *acts: Tensor,  # () on the first stage, else (x, x0), each (B,T,d) in the compute dtype
+        idx: Tensor,  # (B,T) int64 token ids
+    ):
+        """Run this stage's layers: (x, x0), or on the last stage fp32 softcapped logits (B,T,V) (tp: a vocab slice)."""
         if idx.ndim != 2:
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         dtype = detect_compute_dtype(idx.device.type)
@@ -125,12 +134,16 @@ class GPTStage(nn.Module):
         )
 
 
+# style 'loop': rank r holds stages r, r + p, r + 2p, ... (plain when stages_per_rank = 1; interleaved 1F1B);
+# style 'v' (stages_per_rank must be 2): stages r and 2p - 1 - r (ZBV).
 def split_model(
-    model: GPT, pp_rank: int, pp_size: int, stages_per_rank: int = 1, style: str = "loop"
+    model: GPT,  # the full model
+    pp_rank: int,  # this pipeline rank
+    pp_size: int,  # number of pipeline ranks
+    stages_per_rank: int = 1,  # the model is cut into pp_size * stages_per_rank stages
+    style: str = "loop",  # 'loop' or 'v': how stages are dealt to ranks
 ) -> list[GPTStage]:
-    """The stages pipeline rank `pp_rank` of `pp_size` runs, the model being cut into pp_size * stages_per_rank.
-    style 'loop': rank r holds stages r, r + p, r + 2p, ... (plain when stages_per_rank = 1; interleaved 1F1B);
-    style 'v' (stages_per_rank must be 2): stages r and 2p - 1 - r (ZBV). ValueError on bad arguments."""
+    """The stages pipeline rank `pp_rank` of `pp_size` runs; ValueError on bad arguments."""
     if not 0 <= pp_rank < pp_size:
         raise ValueError(f"pp_rank {pp_rank} not in [0, {pp_size})")
     n = pp_size * stages_per_rank
@@ -176,10 +189,13 @@ def _gather_pieces(part: dict[str, Tensor], group) -> dict[str, Tensor]:
     return out
 
 
-def full_state_dict(stages: list[GPTStage], group=None) -> dict[str, Tensor]:
-    """The whole model's state dict (the keys and shapes of `GPT.state_dict()`, CPU copies) assembled from every
-    pipeline rank's stages by an all-gather over the pp `group`; every rank gets it. With `group=None`, `stages` must be
-    all of them. Tensor-parallel stages are first gathered over their tp group (a collective there too)."""
+# Keys and shapes of `GPT.state_dict()`, CPU copies; every rank gets it. Tensor-parallel stages are first gathered
+# over their tp group (a collective there too).
+def full_state_dict(
+    stages: list[GPTStage],  # this rank's stages (all of them if `group` is None)
+    group=None,  # the pipeline process group
+) -> dict[str, Tensor]:
+    """The whole model's state dict, assembled from every pipeline rank's stages by an all-gather over `group`."""
     return _gather_pieces(_partial_state_dict(stages), group)
 
 
@@ -222,20 +238,28 @@ def _partial_optimizer_state(stages: list[GPTStage], optimizer) -> dict[str, Ten
     return out
 
 
-def full_optimizer_state_dict(stages: list[GPTStage], optimizer, group=None) -> dict[str, Tensor]:
-    """The optimizer state of the whole model as {"<GPT param name>/<state key>": tensor} (CPU copies, full unsharded
-    shapes; the form of `nanolit.parallel.tensor_parallel.full_optimizer_state_dict`), assembled from every pipeline
-    rank's `stages` by an all-gather over the pp `group` (every rank gets it; tp stages are gathered over tp first).
-    The lambdas' state is concatenated in layer order. `optimizer` must hold only these stages' parameters."""
+# {"<GPT param name>/<state key>": tensor}, CPU copies in full unsharded shapes (the form of
+# `nanolit.parallel.tensor_parallel.full_optimizer_state_dict`); every rank gets it; tp stages are gathered over tp
+# first. The lambdas' state is concatenated in layer order.
+def full_optimizer_state_dict(
+    stages: list[GPTStage],  # this rank's stages
+    optimizer,  # holds only these stages' parameters
+    group=None,  # the pipeline process group
+) -> dict[str, Tensor]:
+    """The whole model's optimizer state, assembled from every pipeline rank by an all-gather over `group`."""
     return _gather_pieces(_partial_optimizer_state(stages, optimizer), group)
 
 
+# Each parameter gets its entries (lambdas' sliced to the stage's layers, tp shards cut by the tp helper), moved to the
+# parameter's device; the existing per-parameter state is replaced. ValueError if a non-lambda parameter of a stage
+# has no state in `state` while others do (a checkpoint of another model).
 @torch.no_grad()
-def load_full_optimizer_state_dict(stages: list[GPTStage], optimizer, state: dict[str, Tensor]) -> None:
-    """Install a `full_optimizer_state_dict` (saved at any pp/tp, or by one process) into `optimizer` for this rank's
-    `stages`: each parameter gets its entries (lambdas' sliced to the stage's layers, tp shards cut by the tp helper),
-    moved to the parameter's device. Replaces the existing per-parameter state. ValueError if a non-lambda parameter of
-    a stage has no state in `state` while others do (a checkpoint of another model)."""
+def load_full_optimizer_state_dict(
+    stages: list[GPTStage],  # this rank's stages
+    optimizer,  # the optimizer of these stages' parameters
+    state: dict[str, Tensor],  # a `full_optimizer_state_dict` (saved at any pp/tp, or by one process)
+) -> None:
+    """Install a `full_optimizer_state_dict` into `optimizer` for this rank's `stages`."""
     optimizer.state.clear()
     for st in stages:
         own = {}
@@ -268,10 +292,14 @@ _HDR = 1 + _MAX_T * (2 + _MAX_D)  # count, then per tensor: dtype code, ndim, di
 FWD_TAG, BWD_TAG = 0, 1
 
 
-def send_tensors(tensors: tuple[Tensor, ...], dst: int, tag: int = 0) -> list:
-    """Non-blocking send of 1-4 tensors (<= 4-D, dtype in `_DTYPES`) to global rank `dst`: a fixed-size int64 header
-    (count; dtype code, ndim and shape of each), then the tensors. Returns [(work, buffer)]: `wait()` the works (the
-    buffers stay referenced until then). ValueError on unsupported input. Pair with `recv_tensors`."""
+# Wire format: a fixed-size int64 header (count; dtype code, ndim and shape of each), then the tensors. The buffers
+# stay referenced until the works are waited on. Pair with `recv_tensors`.
+def send_tensors(
+    tensors: tuple[Tensor, ...],  # 1-4 tensors, each <= 4-D with a dtype in `_DTYPES` (else ValueError)
+    dst: int,  # the global rank to send to
+    tag: int = 0,  # message tag
+) -> list:
+    """Non-blocking send of `tensors` to rank `dst`; returns [(work, buffer)] whose works must be `wait()`ed."""
     if not 1 <= len(tensors) <= _MAX_T:
         raise ValueError(f"send 1..{_MAX_T} tensors, got {len(tensors)}")
     hdr = torch.zeros(_HDR, dtype=torch.int64)
@@ -301,10 +329,16 @@ def recv_tensors(src: int, device="cpu", tag: int = 0) -> tuple[Tensor, ...]:
     return tuple(out)
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #14aa1acf
-def schedule_actions(schedule: str, pp_rank: int, pp_size: int, n_microbatches: int) -> list[tuple[str, int]]:
-    """One pipeline rank's ordered ("F" | "B", micro-batch) actions. 'afab' (GPipe, Huang et al. 2019): every forward,
-    then every backward. '1f1b' (PipeDream-Flush, Narayanan et al. 2021): min(p - r - 1, m) warm-up forwards, a steady
-    state alternating one forward and one backward, a cool-down of the remaining backwards. ValueError on bad input."""
+# 'afab' (GPipe, Huang et al. 2019): every forward, then every backward. '1f1b' (PipeDream-Flush, Narayanan et al.
+# 2021): min(p - r - 1, m) warm-up forwards, a steady state alternating one forward and one backward, a cool-down of
+# the remaining backwards.
+def schedule_actions(
+    schedule: str,  # 'afab' or '1f1b'
+    pp_rank: int,  # r: this pipeline rank
+    pp_size: int,  # p: number of pipeline ranks
+    n_microbatches: int,  # m: micro-batches per step
+) -> list[tuple[str, int]]:
+    """One pipeline rank's ordered ("F" | "B", micro-batch) actions; ValueError on bad input."""
     m, p, r = n_microbatches, pp_size, pp_rank
     if m < 1 or not 0 <= r < p:
         raise ValueError(f"need n_microbatches >= 1 and 0 <= pp_rank < pp_size, got {m}, {r}, {p}")
@@ -319,20 +353,18 @@ def schedule_actions(schedule: str, pp_rank: int, pp_size: int, n_microbatches: 
     return acts + [("B", i) for i in range(m - w, m)]
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #f45ca9c4
+# Gradients accumulate into `.grad` as for `loss_scale * mean(micro-batch losses)`. Each event is dict(kind, mb,
+# start, end) in time.perf_counter seconds; start is taken once the action's input has arrived, so waiting counts as
+# idle.
 def run_pipeline(
-    stage: GPTStage,
-    microbatches: list[tuple[Tensor, Tensor]],
-    schedule: str = "1f1b",
-    ranks: list[int] | None = None,
-    events: list | None = None,
-    loss_scale: float = 1.0,
+    stage: GPTStage,  # this rank's stage
+    microbatches: list[tuple[Tensor, Tensor]],  # (idx, targets) (B,T) int64 pairs, the same list on every pp rank
+    schedule: str = "1f1b",  # 'afab' or '1f1b' (see `schedule_actions`)
+    ranks: list[int] | None = None,  # the pipeline's global ranks in stage order (default 0..num_stages-1)
+    events: list | None = None,  # if given, the timeline's events are appended here
+    loss_scale: float = 1.0,  # the scale of the loss whose gradient is accumulated
 ) -> Tensor | None:
-    """Run one step's forwards and backwards of `stage` under a hand-written schedule ('afab' or '1f1b', see
-    `schedule_actions`). `microbatches`: the same list of (idx, targets) (B,T) int64 pairs on every pipeline rank.
-    `ranks`: the pipeline's global ranks in stage order (default 0..num_stages-1). Gradients accumulate into `.grad` as
-    for `loss_scale * mean(micro-batch losses)`. Appends dict(kind, mb, start, end) (time.perf_counter seconds; start is
-    taken once the action's input has arrived, so waiting counts as idle) to `events` if given. Returns the per
-    micro-batch losses (m,) fp32 on the last stage, None elsewhere."""
+    """Run one step of `stage` under a hand-written schedule; returns (m,) fp32 losses on the last stage, else None."""
     s, p, m = stage.stage_index, stage.num_stages, len(microbatches)
     ranks = list(range(p)) if ranks is None else list(ranks)
     if len(ranks) != p:
@@ -366,10 +398,12 @@ def run_pipeline(
     return torch.stack(losses) if stage.is_last else None
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #4bb35eca
-def bubble_fraction(events_per_rank: list[list[dict]]) -> float:
-    """Measured idle fraction of one pipeline step: 1 - (total busy time of all ranks) / (ranks x step span), the span
-    running from the earliest start to the latest end over all ranks. `events_per_rank`: per rank, the dicts that
-    `run_pipeline` records (`start`, `end` on one clock). Compare with the ideal (p - 1) / (m + p - 1)."""
+# Busy time is summed over all ranks; the span runs from the earliest start to the latest end over all ranks.
+# Compare with the ideal (p - 1) / (m + p - 1).
+def bubble_fraction(
+    events_per_rank: list[list[dict]],  # per rank, the dicts `run_pipeline` records (`start`, `end` on one clock)
+) -> float:
+    """Measured idle fraction of one pipeline step: 1 - (total busy time) / (ranks x step span)."""
     evs = [e for r in events_per_rank for e in r]
     if not evs:
         raise ValueError("no events")
@@ -384,10 +418,14 @@ def ideal_bubble_fraction(pp_size: int, n_microbatches: int) -> float:
     return (pp_size - 1) / (n_microbatches + pp_size - 1)
 
 
-def plot_timeline(events_per_rank: list[list[dict]], ax=None, title: str = ""):
-    """Draw one step's events, one row per rank (forwards blue, backwards orange, labelled by micro-batch), times in ms
-    from the earliest start. `events_per_rank`: per rank, dicts with `kind` ('F'/'B'), `mb`, `start`, `end` (seconds,
-    one clock) as `run_pipeline` records them; `ax`: a matplotlib Axes (default: a new figure). Returns the axes."""
+# Forwards are blue, backwards orange, labelled by micro-batch; times in ms from the earliest start.
+def plot_timeline(
+    # per rank, dicts with `kind` ('F'/'B'), `mb`, `start`, `end` (seconds, one clock) as `run_pipeline` records them
+    events_per_rank: list[list[dict]],
+    ax=None,  # a matplotlib Axes (default: a new figure)
+    title: str = "",  # the plot's title
+):
+    """Draw one pipeline step's events, one row per rank; returns the matplotlib axes."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(8, 0.5 + 0.45 * len(events_per_rank)))[1]
@@ -432,27 +470,24 @@ PIPELINE_SCHEDULES = (
 ZERO_BUBBLE = ("interleaved_zb", "zbv")
 
 
+# 'hand_afab' and 'hand_1f1b' run `run_pipeline`; the others `torch.distributed.pipelining` (interleaved/looped/
+# zero-bubble ones hold 2 stages per rank; the zero-bubble ones need exactly one layer per stage on torch 2.13,
+# ValueError otherwise). For pp x tp pass a model already `parallelize`d over the tp group (sp=False) and wrap the
+# optimizer with `tensor_parallel_optimizer`. `step` returns the (m,) micro-batch losses on the rank holding the
+# last stage (`has_last`), None elsewhere.
 class Pipeline:
-    """This rank's part of a pipeline-parallel GPT under a named schedule (`PIPELINE_SCHEDULES`): 'hand_afab' and
-    'hand_1f1b' run `run_pipeline`; the others `torch.distributed.pipelining` (interleaved/looped/zero-bubble ones hold
-    2 stages per rank; the zero-bubble ones need exactly one layer per stage on torch 2.13, ValueError otherwise).
-    `model`: the full GPT (built on every rank; the stages share its modules). `group`: the pipeline process group
-    (None: the default group); `ranks`: its global ranks in pp order (`mesh.members("pp")`). For pp x tp pass a model
-    already `parallelize`d over the tp group (sp=False) and wrap the optimizer with `tensor_parallel_optimizer`.
-    `step(idx, targets, loss_scale)` splits the (B,T) batch into `n_microbatches` along B (B must divide) and
-    accumulates grads of loss_scale * mean micro-batch loss; it returns the (m,) micro-batch losses on the rank holding
-    the last stage (`has_last`), None elsewhere."""
+    """This rank's part of a pipeline-parallel GPT under a named schedule (`PIPELINE_SCHEDULES`)."""
 
     def __init__(
         self,
-        model: GPT,
-        schedule: str,
-        pp_rank: int,
-        pp_size: int,
-        n_microbatches: int,
-        group=None,
-        ranks: list[int] | None = None,
-        device="cpu",
+        model: GPT,  # the full GPT, built on every rank (the stages share its modules)
+        schedule: str,  # one of `PIPELINE_SCHEDULES`
+        pp_rank: int,  # this pipeline rank
+        pp_size: int,  # number of pipeline ranks
+        n_microbatches: int,  # micro-batches per step (must divide B)
+        group=None,  # the pipeline process group (None: the default group)
+        ranks: list[int] | None = None,  # its global ranks in pp order (`mesh.members("pp")`)
+        device="cpu",  # where the activations live
     ):
         if schedule not in PIPELINE_SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}; choose from {PIPELINE_SCHEDULES}")
@@ -493,11 +528,15 @@ class Pipeline:
             )
         self.has_last = any(s.is_last for s in self.stages)
 
-    def step(self, idx: Tensor, targets: Tensor, loss_scale: float = 1.0, events: list | None = None) -> Tensor | None:
-        """One step's forwards and backwards of the (B, T) int64 batch `idx`/`targets` (the same on every pipeline
-        rank), split along B into `n_microbatches` (ValueError unless B divides): `.grad` accumulates loss_scale x the
-        mean micro-batch loss's gradient. Returns the (m,) fp32 micro-batch losses where `has_last`, None elsewhere.
-        `events` (hand schedules only) collects the timeline as `run_pipeline` does."""
+    # `.grad` accumulates loss_scale x the mean micro-batch loss's gradient.
+    def step(
+        self,
+        idx: Tensor,  # (B, T) int64, the same on every pipeline rank; split along B into `n_microbatches`
+        targets: Tensor,  # (B, T) int64
+        loss_scale: float = 1.0,  # the scale of the loss whose gradient is accumulated
+        events: list | None = None,  # hand schedules only: collects the timeline as `run_pipeline` does
+    ) -> Tensor | None:
+        """One step's forwards and backwards; returns the (m,) fp32 micro-batch losses where `has_last`, else None."""
         if idx.ndim != 2 or idx.shape != targets.shape:
             raise ValueError(f"idx and targets must be equal (B, T), got {tuple(idx.shape)}, {tuple(targets.shape)}")
         if idx.size(0) % self.m:

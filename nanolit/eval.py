@@ -21,13 +21,16 @@ __all__ = ['CORE_TASK_TYPES', 'evaluate_bpb', 'deal_batches', 'unigram_byte_bpb'
            'letter_token_ids', 'run_categorical', 'judge_samples', 'run_generative', 'pass_at_k']
 
 # %% ../nbs/09_eval.ipynb #7b5e5899
+# Targets < 0 are ignored. Sums are all-reduced over the default process group when one exists. ValueError if no
+# byte was scored.
 @torch.no_grad()
-def evaluate_bpb(model, batches, steps: int, token_bytes: torch.Tensor) -> float:
-    """Bits per byte of `model` over `steps` batches of (inputs, targets) from `batches`, each (B, T) int64.
-
-    `model(x, y, loss_reduction='none')` must return per-token losses in nats, shape (B, T). `token_bytes` (vocab,)
-    int64 gives each token's byte length (0 for specials, see `Tokenizer.token_bytes`). Targets < 0 are ignored.
-    Sums are all-reduced over the default process group when one exists. Raises ValueError if no byte was scored."""
+def evaluate_bpb(
+    model,  # `model(x, y, loss_reduction='none')` returns per-token losses in nats, shape (B, T)
+    batches,  # an iterator of (inputs, targets), each (B, T) int64
+    steps: int,  # number of batches to score
+    token_bytes: torch.Tensor,  # (vocab,) int64: each token's byte length (0 for specials, `Tokenizer.token_bytes`)
+) -> float:
+    """Bits per byte of `model` over `steps` batches of (inputs, targets) from `batches`."""
     dev = token_bytes.device
     nats = torch.zeros((), dtype=torch.float64, device=dev)
     nbytes = torch.zeros((), dtype=torch.int64, device=dev)
@@ -46,14 +49,16 @@ def evaluate_bpb(model, batches, steps: int, token_bytes: torch.Tensor) -> float
     return (nats / (math.log(2) * nbytes)).item()
 
 # %% ../nbs/09_eval.ipynb #ccf65f9d
-def deal_batches(batches, n_rows: int, rank: int = 0, world_size: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's share of the first `n_rows` rows of `batches`, regrouped and padded to equal counts.
-
-    This rank's share of the first `n_rows` rows of the iterator `batches` of (inputs, targets), each (B, T) int64:
-    the rows regrouped into batches of B (B of the first batch), batch i going to rank i % world_size. Every rank
-    gets ceil(n_batches / world_size) batches of shape (B, T); the missing ones, and the missing rows of the last
-    batch, are padding rows with inputs 0 and targets -1 (scored as nothing). ValueError if n_rows < 1 or rank is
-    out of range."""
+# The rows are regrouped into batches of B (B of the first batch), batch i going to rank i % world_size. Every rank
+# gets ceil(n_batches / world_size) batches of shape (B, T); the missing ones, and the missing rows of the last batch,
+# are padding rows with inputs 0 and targets -1 (scored as nothing). ValueError if n_rows < 1 or rank is out of range.
+def deal_batches(
+    batches,  # an iterator of (inputs, targets), each (B, T) int64
+    n_rows: int,  # how many rows to take from it (>= 1)
+    rank: int = 0,  # this rank
+    world_size: int = 1,  # ranks sharing the rows
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's share of the first `n_rows` rows of `batches`, regrouped and padded to equal counts."""
     if n_rows < 1:
         raise ValueError(f"n_rows must be >= 1, got {n_rows}")
     if not 0 <= rank < world_size:
@@ -88,13 +93,15 @@ def unigram_byte_bpb(texts) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 # %% ../nbs/09_eval.ipynb #1fc77881
-def unigram_token_bpb(tokenizer, train_texts, val_texts) -> float:
-    r"""Bits per byte on `val_texts` of a unigram token model fitted on `train_texts` (add-one).
-
-    Bits per byte (float) on `val_texts` (iterable of str) of a unigram token model fitted on `train_texts`: token
-    counts with add-one (Laplace) smoothing over the tokenizer's `vocab_size`, loss $-\log_2 p(t)$ summed over val
-    tokens, divided by the val texts' UTF-8 bytes. Special tokens are not involved (texts are encoded as ordinary
-    text). ValueError if the val texts hold no bytes."""
+# Token counts with add-one (Laplace) smoothing over the tokenizer's `vocab_size`, loss $-\log_2 p(t)$ summed over val
+# tokens, divided by the val texts' UTF-8 bytes. Special tokens are not involved (texts are encoded as ordinary text).
+# ValueError if the val texts hold no bytes.
+def unigram_token_bpb(
+    tokenizer,  # encodes the texts; its `vocab_size` is the smoothing's support
+    train_texts,  # an iterable of str to fit the counts on
+    val_texts,  # an iterable of str to score
+) -> float:
+    """Bits per byte on `val_texts` of a unigram token model fitted on `train_texts` (add-one)."""
     V = tokenizer.vocab_size
     counts = torch.ones(V, dtype=torch.float64)
     for ids in _encoded(tokenizer, train_texts):
@@ -133,6 +140,9 @@ def piece_rows(pieces: list[list[int]], batch_size: int, T: int, bos: int) -> tu
     return x, y
 
 # %% ../nbs/09_eval.ipynb #f8333015
+# A document is `<|bos|>` + its tokens, cut into pieces of `<|bos|>` + at most `sequence_len` tokens (one row each);
+# documents i with i % world_size == rank are scored here, every rank runs the same number of forwards, and the sums
+# are all-reduced and divided by `copies`. The result is over the whole split ("bytes" is the documents' UTF-8 bytes).
 @torch.no_grad()
 def evaluate_bpb_exact(
     model,  # `model(x, y, loss_reduction='none')` returns per-token nats (B, T)
@@ -145,12 +155,7 @@ def evaluate_bpb_exact(
     copies: int = 1,  # ranks that score the same documents (tensor/pipeline/context-parallel copies of a data rank)
     device=None,  # default: the model's
 ) -> dict:
-    """Bits per byte of `model` on every token of every document of `docs`, each exactly once.
-
-    A document is `<|bos|>` + its tokens, cut into pieces of `<|bos|>` + at most `sequence_len` tokens (one row each);
-    documents i with i % world_size == rank are scored here, every rank runs the same number of forwards, and the sums
-    are all-reduced and divided by `copies`. Returns {bpb, nats, bytes, tokens, docs} over the whole split ("bytes" is
-    the documents' UTF-8 bytes); ValueError if no byte was scored."""
+    """{bpb, nats, bytes, tokens, docs} of `model` on every token of `docs`, each once; ValueError if no byte scored."""
     device = torch.device(device or next(model.parameters()).device)
     T = sequence_len or model.config.sequence_len
     rank, world_size = _dist_rank_world(rank, world_size)
@@ -208,13 +213,16 @@ def _example_text(task_type: str, ex: dict, delim: str) -> str:
     return ex["context"] + delim + ex["continuation"]
 
 
+# One pair per choice (multiple choice), per context option (schema), or one (language modeling). The context starts
+# with the solved `fewshot` examples joined by `sep` and keeps the delimiter: the continuation is the answer alone.
 def core_prompts(
-    task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ", sep: str = "\n\n"
+    task_type: str,  # multiple_choice | schema | language_modeling
+    item: dict,  # one CORE item in that task type's format
+    fewshot: list[dict] = (),  # solved examples to prefix
+    delim: str = " ",  # between context and continuation
+    sep: str = "\n\n",  # between examples
 ) -> list[tuple[str, str]]:
-    """The (context, continuation) text pairs to score for one CORE item; ValueError on a bad `task_type`.
-
-    One pair per choice (multiple choice), per context option (schema), or one (language modeling). The context starts
-    with the solved `fewshot` examples joined by `sep` and keeps the delimiter: the continuation is the answer alone."""
+    """The (context, continuation) text pairs to score for one CORE item; ValueError on a bad `task_type`."""
     if task_type not in CORE_TASK_TYPES:
         raise ValueError(f"task_type must be one of {CORE_TASK_TYPES}, got {task_type!r}")
     pre = "".join(_example_text(task_type, ex, delim) + sep for ex in fewshot)
@@ -225,12 +233,16 @@ def core_prompts(
     return [(pre + item["context"] + delim, item["continuation"])]
 
 # %% ../nbs/09_eval.ipynb #3e16f713
-def encode_pair(tokenizer, context: str, continuation: str, max_len: int | None = None) -> tuple[list[int], int]:
-    """Token ids of `<|bos|> context+continuation` and the index where the continuation starts.
-
-    (the end of the longest common prefix with the tokens of `<|bos|> context`). If longer than `max_len`, tokens
-    are dropped from the left (keeping the continuation). ValueError if the continuation is empty or alone exceeds
-    `max_len`."""
+# The continuation starts at the end of the longest common prefix with the tokens of `<|bos|> context`. If longer than
+# `max_len`, tokens are dropped from the left (keeping the continuation). ValueError if the continuation is empty or
+# alone exceeds `max_len`.
+def encode_pair(
+    tokenizer,  # encodes the texts
+    context: str,  # the prompt text
+    continuation: str,  # the text to score
+    max_len: int | None = None,  # the longest sequence kept (None: no limit)
+) -> tuple[list[int], int]:
+    """Token ids of `<|bos|> context+continuation` and the index where the continuation starts."""
     bos = tokenizer.bos_token_id
     full = tokenizer.encode(context + continuation, prepend=bos)
     ctx = tokenizer.encode(context, prepend=bos)
@@ -248,16 +260,17 @@ def encode_pair(tokenizer, context: str, continuation: str, max_len: int | None 
     return full, start
 
 # %% ../nbs/09_eval.ipynb #14c5ce91
+# One forward pass over the right-padded batch; sequences are cut from the left to `model.config.sequence_len`.
+# "Greedy matches": argmax prediction matches every continuation token.
 @torch.no_grad()
 def continuation_scores(
-    model, tokenizer, pairs: list[tuple[str, str]], device=None, pad_id: int | None = None
+    model,  # `model(idx)` returns logits (B, T, V)
+    tokenizer,  # encodes the pairs
+    pairs: list[tuple[str, str]],  # (context, continuation) text pairs
+    device=None,  # where to run (default: the model's)
+    pad_id: int | None = None,  # the right-padding token id
 ) -> tuple[list[float], list[bool]]:
-    """Per (context, continuation) pair: the mean continuation loss (nats) and whether greedy matches.
-
-    For each (context, continuation) text pair: the mean cross-entropy in nats over the continuation tokens, and
-    whether greedy (argmax) prediction matches every continuation token. One forward pass over the right-padded
-    batch; `model(idx)` must return logits (B, T, V). Sequences are cut from the left to
-    `model.config.sequence_len`."""
+    """Per (context, continuation) pair: the mean continuation loss (nats) and whether greedy matches."""
     device = device or next(model.parameters()).device
     max_len = getattr(getattr(model, "config", None), "sequence_len", None)
     enc = [encode_pair(tokenizer, c, x, max_len) for c, x in pairs]
@@ -288,15 +301,18 @@ def fewshot_indices(n: int, i: int, k: int, seed: int = 1234) -> list[int]:
     return random.Random(f"{seed}-{i}").sample(pool, min(k, len(pool)))
 
 
+# Multiple choice / schema: the option with the lowest mean continuation loss must be `item["gold"]`; language
+# modeling: greedy decoding must reproduce every continuation token (DCLM's CORE protocol, Li et al. 2024).
 def evaluate_core_item(
-    model, tokenizer, task_type: str, item: dict, fewshot: list[dict] = (), delim: str = " ", device=None
+    model,  # the language model to score
+    tokenizer,  # its tokenizer
+    task_type: str,  # multiple_choice | schema | language_modeling (ValueError otherwise)
+    item: dict,  # one CORE item in the format of `task_type` (see the table above)
+    fewshot: list[dict] = (),  # solved examples prefixing the prompt
+    delim: str = " ",  # between context and continuation
+    device=None,  # where to run (default: the model's)
 ) -> bool:
-    """True iff `model` answers one CORE `item` of `task_type` correctly (DCLM's protocol).
-
-    True iff `model` answers one CORE `item` (a dict in the format of `task_type`, see the table above) correctly:
-    multiple choice / schema: the option with the lowest mean continuation loss is `item["gold"]`; language
-    modeling: greedy decoding reproduces every continuation token. `fewshot` solved examples prefix the prompt
-    (DCLM's CORE protocol, Li et al. 2024). ValueError on an unknown `task_type`."""
+    """True iff `model` answers one CORE `item` of `task_type` correctly (DCLM's protocol)."""
     pairs = core_prompts(task_type, item, fewshot, delim)
     losses, exact = continuation_scores(model, tokenizer, pairs, device)
     if task_type == "language_modeling":
@@ -310,24 +326,22 @@ def _all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     return t
 
 # %% ../nbs/09_eval.ipynb #7b11e280
+# Rank r of W scores items r, r+W, ...; counts are summed over the default process group if one is initialised.
+# Returns correct / scored.
 def evaluate_core_task(
-    model,
-    tokenizer,
-    items: list[dict],
-    task_type: str,
-    num_fewshot: int = 0,
-    delim: str = " ",
-    max_items: int | None = None,
-    seed: int = 1234,
-    device=None,
-    rank: int | None = None,
-    world_size: int | None = None,
+    model,  # the language model to score
+    tokenizer,  # its tokenizer
+    items: list[dict],  # the task's items (ValueError if empty)
+    task_type: str,  # multiple_choice | schema | language_modeling
+    num_fewshot: int = 0,  # solved examples per prompt
+    delim: str = " ",  # between context and continuation
+    max_items: int | None = None,  # score the first this many (None: all)
+    seed: int = 1234,  # for drawing the few-shot examples
+    device=None,  # where to run (default: the model's)
+    rank: int | None = None,  # this rank (default: the process group's)
+    world_size: int | None = None,  # ranks splitting the items (default: the process group's)
 ) -> float:
-    """Accuracy of `model` on one CORE task given as plain dicts, in [0, 1].
-
-    Scores the first `max_items` items (None = all); rank r of W scores items r, r+W, ...; counts are summed over
-    the default process group if one is initialised. Returns correct / scored in [0, 1]. ValueError on an empty
-    task."""
+    """Accuracy of `model` on one CORE task given as plain dicts, in [0, 1]."""
     if not items:
         raise ValueError("no items")
     if rank is None:
@@ -351,10 +365,11 @@ def core_score(accuracies: dict[str, float], baselines: dict[str, float]) -> tup
     return centered, sum(centered.values()) / max(len(centered), 1)
 
 # %% ../nbs/09_eval.ipynb #7d4f971b
-def letter_token_ids(tokenizer, letters) -> list[int]:
-    """The single token id of each answer string in `letters`, encoded as assistant text is.
-
-    (`tokenizer.encode(letter)`, no added space). ValueError if one is not a single token."""
+def letter_token_ids(
+    tokenizer,  # encodes each letter as `tokenizer.encode(letter)` (no added space)
+    letters,  # the answer strings
+) -> list[int]:
+    """The single token id of each answer in `letters`, encoded as assistant text is; ValueError if not one token."""
     out = []
     for letter in letters:
         ids = tokenizer.encode(letter)
@@ -364,14 +379,19 @@ def letter_token_ids(tokenizer, letters) -> list[int]:
     return out
 
 
+# For each conversation, the argmax over its `letters` of the next-token logits after `render_for_completion`;
+# `task.evaluate(conv, letter)` judges it. Rank-split, counts all-reduced.
 @torch.no_grad()
 def run_categorical(
-    model, tokenizer, task, max_items: int | None = None, device=None, rank=None, world_size=None
+    model,  # the chat model
+    tokenizer,  # its tokenizer
+    task,  # a categorical task: `task[i]` conversations with `letters`, `evaluate` judges
+    max_items: int | None = None,  # score at most this many items (None: all)
+    device=None,  # where to run (default: the model's)
+    rank=None,  # this rank (default: the process group's)
+    world_size=None,  # ranks splitting the items (default: the process group's)
 ) -> float:
-    """Accuracy on a categorical chat task: the letter the next-token logits prefer, judged by the task.
-
-    For each conversation, the argmax over its `letters` of the next-token logits after `render_for_completion`;
-    `task.evaluate(conv, letter)` judges it. Rank-split, counts all-reduced."""
+    """Accuracy on a categorical chat task: the letter the next-token logits prefer, judged by the task."""
     rank, world_size = _dist_rank_world(rank, world_size)
     device = device or next(model.parameters()).device
     L = model.config.sequence_len
@@ -413,6 +433,8 @@ def _all_counts(failures: Counter) -> dict:
     return dict(sorted(failures.items()))
 
 # %% ../nbs/09_eval.ipynb #6a7c6033
+# `accuracy` is the share of items whose first sample passed, `pass@k` the mean unbiased pass@k, `failures` counts
+# completions by failure kind (`task.outcome`: "wrong", "no_answer", "timeout", ...). Rank-split, sums all-reduced.
 def run_generative(
     engine,  # an `Engine` (anything with `model` and `generate_batch`)
     tokenizer,  # its tokenizer
@@ -428,10 +450,7 @@ def run_generative(
     world_size=None,  # ranks splitting the items (default: the process group's)
     verbose: bool = True,  # print the counts (rank 0)
 ) -> dict:
-    """Sample and judge completions of each item: {accuracy, pass@k, n_scored, n_samples, failures}.
-
-    `accuracy` is the share of items whose first sample passed, `pass@k` the mean unbiased pass@k, `failures` counts
-    completions by failure kind (`task.outcome`: "wrong", "no_answer", "timeout", ...). Rank-split, sums all-reduced."""
+    """Sample and judge completions of each item: {accuracy, pass@k, n_scored, n_samples, failures}."""
     rank, world_size = _dist_rank_world(rank, world_size)
     n = len(task) if max_items is None else min(max_items, len(task))
     sums, failures = torch.zeros(4, dtype=torch.float64), Counter()
@@ -456,10 +475,13 @@ def run_generative(
     return {"accuracy": acc, f"pass@{k}": pk, "n_scored": n_scored, "n_samples": n_samples, "failures": failures}
 
 # %% ../nbs/09_eval.ipynb #e4047e4f
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct (Chen et al. 2021).
-
-    1 - C(n-c, k) / C(n, k), computed as a stable product. ValueError unless 0 <= c <= n and 1 <= k <= n."""
+# 1 - C(n-c, k) / C(n, k), computed as a stable product.
+def pass_at_k(
+    n: int,  # samples drawn (>= k)
+    c: int,  # samples correct, 0 <= c <= n
+    k: int,  # 1 <= k <= n
+) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021); ValueError on bad counts."""
     if not (0 <= c <= n and 1 <= k <= n):
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:

@@ -39,11 +39,13 @@ __all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
-def checkpoint_dir(stage: str = "base", tag: str | None = None) -> Path:
-    """The checkpoint directory `get_base_dir()/"checkpoints"/stage/tag` (tag `None` -> "default"); not created.
-
-    `stage` and `tag` must be plain names (letters, digits, `_ . -`, not starting with a dot), else ValueError:
-    they become path components, so a "../x" must not escape the artifact root."""
+# `stage` and `tag` become path components, so they must be plain names (letters, digits, `_ . -`, not starting with
+# a dot), else ValueError: a "../x" must not escape the artifact root.
+def checkpoint_dir(
+    stage: str = "base",  # base, sft, rl, ...
+    tag: str | None = None,  # the run's name (None: "default")
+) -> Path:
+    """The checkpoint directory `get_base_dir()/"checkpoints"/stage/tag`; not created."""
     tag = "default" if tag is None else tag
     for what, v in (("stage", stage), ("tag", tag)):
         if not isinstance(v, str) or not _NAME_RE.fullmatch(v):
@@ -51,12 +53,12 @@ def checkpoint_dir(stage: str = "base", tag: str | None = None) -> Path:
     return get_base_dir() / "checkpoints" / stage / tag
 
 # %% ../nbs/07_checkpoint.ipynb #ab9634ed
-def clean_state_dict(sd: dict) -> dict:
-    """A copy of `sd` without `torch.compile`'s `_orig_mod.` and DDP's `module.` in its keys.
-
-    Copy of `sd` with `torch.compile`'s `_orig_mod.` components removed (anywhere in a key) and DDP's `module.`
-    prefix stripped (only when every key has it; repeated for nested wrappers). Values are not copied. Raises
-    ValueError if two keys collapse to the same name."""
+# `_orig_mod.` components are removed anywhere in a key; the `module.` prefix only when every key has it (repeated for
+# nested wrappers). Values are not copied.
+def clean_state_dict(
+    sd: dict,  # a model state dict
+) -> dict:
+    """A copy of `sd` without `torch.compile`'s `_orig_mod.` and DDP's `module.` in its keys; ValueError on a clash."""
     if not isinstance(sd, dict):
         raise TypeError(f"expected a state dict (dict), got {type(sd).__name__}")
     keys = {k: ".".join(p for p in k.split(".") if p != "_orig_mod") for k in sd}
@@ -132,10 +134,11 @@ def remove_checkpoint(d: Path):
     shutil.rmtree(d, ignore_errors=True)
 
 # %% ../nbs/07_checkpoint.ipynb #ef3821dc
-def list_checkpoints(ckpt_dir) -> list[int]:
-    """Sorted steps of the **complete** checkpoints in `ckpt_dir` ([] if it is missing).
-
-    Only `step_NNNNNN/` dirs whose COMPLETE marker is valid count: not `step_abc`, `*.tmp-*` temp dirs, stray files."""
+# Only `step_NNNNNN/` dirs whose COMPLETE marker is valid count: not `step_abc`, `*.tmp-*` temp dirs, stray files.
+def list_checkpoints(
+    ckpt_dir,  # a run's checkpoint folder
+) -> list[int]:
+    """Sorted steps of the **complete** checkpoints in `ckpt_dir` ([] if it is missing)."""
     p = Path(ckpt_dir)
     if not p.is_dir():
         return []
@@ -161,12 +164,13 @@ def find_last_step(ckpt_dir) -> int:
 _TEMP_RE = re.compile(r"step_(\d+)\.(tmp|old)-[0-9a-f]+")
 
 
-def clean_stale_temps(ckpt_dir, up_to_step: int | None = None) -> list[str]:
-    """Delete the temp dirs killed saves left in `ckpt_dir`; the deleted names, sorted.
-
-    Delete the leftover temp dirs of killed saves (`step_NNNNNN.tmp-*`, `step_NNNNNN.old-*`) in `ckpt_dir`; with
-    `up_to_step`, only those of steps <= it. Returns the deleted names (sorted). Never touches complete step dirs or
-    other files. Call only when no save into `ckpt_dir` is in progress (rank 0 at the start of a run)."""
+# The temp dirs are `step_NNNNNN.tmp-*` and `step_NNNNNN.old-*`; complete step dirs and other files are never touched.
+# Call only when no save into `ckpt_dir` is in progress (rank 0 at the start of a run).
+def clean_stale_temps(
+    ckpt_dir,  # a run's checkpoint folder
+    up_to_step: int | None = None,  # only delete those of steps <= this (None: all)
+) -> list[str]:
+    """Delete the temp dirs killed saves left in `ckpt_dir`; returns the deleted names, sorted."""
     p = Path(ckpt_dir)
     if not p.is_dir():
         return []
@@ -232,23 +236,20 @@ def _meta_text(meta, step) -> str:
         raise ValueError(f"meta must be JSON-serialisable: {e}") from None
 
 # %% ../nbs/07_checkpoint.ipynb #777423d0
+# The step dir holds `model.pt` (the cleaned `model_state`), `optim.pt` (if `optim_state` is given), `meta.json`
+# (`meta` plus step, git commit, torch version, UTC time) and a COMPLETE marker. Everything is written and fsynced in
+# a temp dir beside the target, then renamed into place, so a save killed at any point leaves the previous
+# checkpoints intact and no new step that `list_checkpoints` accepts. An existing step is replaced atomically.
+# Call on rank 0 only.
 def save_checkpoint(
-    ckpt_dir,
-    step: int,
-    model_state: dict,
-    optim_state: dict | None = None,
-    meta: dict | None = None,
-    keep_last: int | None = None,
+    ckpt_dir,  # the run's checkpoint folder
+    step: int,  # the folder is `step_{step:06d}`
+    model_state: dict,  # the model's state dict (cleaned before saving)
+    optim_state: dict | None = None,  # the optimizer's state dict, if any
+    meta: dict | None = None,  # JSON-serialisable (ValueError otherwise, before anything is written)
+    keep_last: int | None = None,  # then delete complete checkpoints older than the newest N (never this one)
 ) -> Path:
-    """Atomically write `ckpt_dir/step_{step:06d}/` holding `model.pt` (the cleaned `model_state`), `optim.pt`
-    (if `optim_state` is given), `meta.json` (`meta` plus step, git commit, torch version, UTC time) and a COMPLETE
-    marker; returns the step dir.
-
-    Everything is written and fsynced in a temp dir beside the target, then renamed into place, so a save killed
-    at any point leaves the previous checkpoints intact and no new step that `list_checkpoints` accepts. An existing
-    step is replaced atomically. `keep_last=N` then deletes complete checkpoints older than the newest N (never the
-    one just written). `meta` must be JSON-serialisable (ValueError otherwise, before anything is written).
-    Call on rank 0 only."""
+    """Atomically write `ckpt_dir/step_{step:06d}/` (model, optimizer, meta, COMPLETE marker); returns the step dir."""
     _check_step_keep(step, keep_last)
     if not isinstance(model_state, dict):
         raise TypeError(f"model_state must be a dict, got {type(model_state).__name__}")
@@ -294,17 +295,19 @@ def _torch_load(path, device):
         raise
 
 
+# Tensors keep their saved dtype; model keys are cleaned of `_orig_mod.`/`module.` (see `clean_state_dict`) so a
+# checkpoint from a compiled or wrapped model loads into a plain one. `optim_state` is None if `load_optim` is False or
+# none was saved. Loads with `weights_only=True`. FileNotFoundError if the step is missing or incomplete (the message
+# lists the complete ones). A DCP step dir (`save_dcp_checkpoint`) is read on this process alone (no collectives), in
+# full: `optim_state` is then `{"state": {param name: {key: tensor}}, "param_groups": [...]}`, the layout-free form
+# of `optimizer_state_dict`.
 def load_checkpoint(
-    ckpt_dir, step: int | None = None, device="cpu", load_optim: bool = True
+    ckpt_dir,  # the run's checkpoint folder
+    step: int | None = None,  # None: the newest complete one
+    device="cpu",  # where tensors are mapped
+    load_optim: bool = True,  # also load the optimizer state
 ) -> tuple[dict, dict | None, dict]:
-    """Load `(model_state, optim_state, meta)` from `ckpt_dir/step_NNNNNN/` (`step=None`: the newest complete one).
-
-    Tensors are mapped to `device` and keep their saved dtype; model keys are cleaned of `_orig_mod.`/`module.`
-    (see `clean_state_dict`) so a checkpoint from a compiled or wrapped model loads into a plain one. `optim_state`
-    is None if `load_optim` is False or none was saved. Loads with `weights_only=True`. FileNotFoundError if the
-    step is missing or incomplete (the message lists the complete ones). A DCP step dir (`save_dcp_checkpoint`) is
-    read on this process alone (no collectives), in full: `optim_state` is then `{"state": {param name: {key:
-    tensor}}, "param_groups": [...]}`, the layout-free form of `optimizer_state_dict`."""
+    """Load `(model_state, optim_state, meta)` from `ckpt_dir/step_NNNNNN/`."""
     if step is None:
         step = find_last_step(ckpt_dir)
     d = step_path(ckpt_dir, step)
@@ -324,12 +327,13 @@ def load_checkpoint(
     return model_state, optim_state, meta
 
 # %% ../nbs/07_checkpoint.ipynb #2677db4e
-def export_safetensors(model_state: dict, path, metadata: dict | None = None) -> Path:
-    """Write `model_state` to one safetensors file at `path`, atomically; the path.
-
-    Write `model_state` (keys cleaned, tensors moved to CPU, made contiguous, shared storage cloned) to a single
-    safetensors file at `path` (written to a temp file, then renamed). `metadata` values: str kept, others stored as
-    JSON text; `format="pt"` is added unless given. Returns the path. TypeError for non-tensor values."""
+# Keys are cleaned, tensors moved to CPU, made contiguous, shared storage cloned; written to a temp file, then renamed.
+def export_safetensors(
+    model_state: dict,  # tensors only (TypeError otherwise)
+    path,  # the file to write
+    metadata: dict | None = None,  # str values kept, others stored as JSON text; `format="pt"` added unless given
+) -> Path:
+    """Write `model_state` to one safetensors file at `path`, atomically; returns the path."""
     from safetensors.torch import save_file
 
     out, seen = {}, set()
@@ -357,10 +361,11 @@ def export_safetensors(model_state: dict, path, metadata: dict | None = None) ->
     return path
 
 
-def load_safetensors(path, device="cpu") -> tuple[dict, dict]:
-    """`(state_dict on device, metadata dict[str, str])` of a safetensors file, with the saved shapes and dtypes.
-
-    FileNotFoundError if `path` is missing; safetensors raises on a corrupt header."""
+def load_safetensors(
+    path,  # a safetensors file (FileNotFoundError if missing; safetensors raises on a corrupt header)
+    device="cpu",  # where the tensors go
+) -> tuple[dict, dict]:
+    """`(state_dict on device, metadata dict[str, str])` of a safetensors file, with the saved shapes and dtypes."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt", device=str(device)) as f:
@@ -378,15 +383,16 @@ def _param_names(model: nn.Module) -> dict[int, str]:
     return {id(p): n for (_, p), n in zip(named, clean)}
 
 
-def optimizer_state_dict(optimizer, model: nn.Module) -> dict[str, Tensor]:
-    """The layout-free form of an optimizer's state: `{"<param name>/<state key>": tensor}`, each tensor shaped like
-    its parameter (0-D for `step`), for any `torch.optim.Optimizer` (incl. `MuonAdamW`, also over FSDP2 `DTensor`
-    parameters, whose state stays sharded `DTensor`s) and for `ZeroMuonAdamW`.
-
-    For `ZeroMuonAdamW` this is a **collective** over its group: the AdamW moment shards are all-gathered and cut into
-    parameters (identical on every rank); each Muon momentum buffer appears only on the rank that owns its matrix.
-    Parameter names come from `model.named_parameters()` (cleaned like `clean_state_dict`); non-tensor state values
-    are skipped. KeyError if the optimizer holds a parameter that is not in `model`."""
+# Each tensor is shaped like its parameter (0-D for `step`); works for any `torch.optim.Optimizer` (incl. `MuonAdamW`,
+# also over FSDP2 `DTensor` parameters, whose state stays sharded `DTensor`s) and for `ZeroMuonAdamW`. For
+# `ZeroMuonAdamW` this is a **collective** over its group: the AdamW moment shards are all-gathered and cut into
+# parameters (identical on every rank); each Muon momentum buffer appears only on the rank that owns its matrix.
+# Non-tensor state values are skipped.
+def optimizer_state_dict(
+    optimizer,  # the optimizer
+    model: nn.Module,  # names the parameters (`named_parameters()`, cleaned; KeyError for a parameter not in it)
+) -> dict[str, Tensor]:
+    """The layout-free form of an optimizer's state: `{"<param name>/<state key>": tensor}`."""
     names, out = _param_names(model), {}
 
     def name(p):
@@ -568,6 +574,9 @@ def _write_dcp(state: dict, tmp: Path, final: Path, step: int, meta_text: str, k
         return f"{type(e).__name__}: {e}"
 
 # %% ../nbs/07_checkpoint.ipynb #32fd321d
+# Temp dir + rename by rank 0 after a barrier: a run killed at any point leaves the previous checkpoints loadable and
+# no new complete step. ValueError for a bad step/keep_last or non-JSON meta (on every rank). Full tensors equal on
+# every rank (`model_state`) *are* replicas, written once; plain shard tensors DCP would take for replicas.
 def save_dcp_checkpoint(
     ckpt_dir,  # the run's checkpoint folder (`checkpoint_dir(stage, tag)`)
     step: int,  # the step, >= 0: the folder is `step_NNNNNN`
@@ -578,11 +587,7 @@ def save_dcp_checkpoint(
     model_state: dict | None = None,  # saved instead of the model's own (e.g. full tensors gathered from hand TP)
     optim_state: dict | None = None,  # saved instead of the optimizer's own, `{"<name>/<key>": tensor}`
 ) -> Path:
-    """Collective: atomically write `ckpt_dir/step_NNNNNN/` with `torch.distributed.checkpoint`; the step dir.
-
-    Temp dir + rename by rank 0 after a barrier: a run killed at any point leaves the previous checkpoints loadable
-    and no new complete step. ValueError for a bad step/keep_last or non-JSON meta (on every rank). Full tensors equal
-    on every rank (`model_state`) *are* replicas, written once; plain shard tensors DCP would take for replicas."""
+    """Collective: atomically write `ckpt_dir/step_NNNNNN/` with `torch.distributed.checkpoint`; the step dir."""
     _check_step_keep(step, keep_last)
     on = _dist_on()
     rank = dist.get_rank() if on else 0
@@ -622,15 +627,17 @@ def _complete_step_dir(ckpt_dir, step):
     return d
 
 # %% ../nbs/07_checkpoint.ipynb #74589b6f
-def load_dcp_checkpoint(ckpt_dir, model: nn.Module, optimizer=None, step: int | None = None) -> dict:
-    """Collective: load a DCP checkpoint **in place** into `model` (and `optimizer`); its meta.json.
-
-    Load the DCP checkpoint `ckpt_dir/step_NNNNNN/` (`step=None`: the newest complete one) **in place** into `model`
-    (plain, DDP's inner module, or FSDP2-sharded) and, if given, `optimizer` (`MuonAdamW`/torch optimizer, over
-    plain or DTensor parameters, or `ZeroMuonAdamW` at any world size: the state is re-sharded for this layout,
-    keeping its saved dtype; param-group hyperparameters restored). Returns meta.json as a dict. FileNotFoundError
-    if the step is missing or incomplete; ValueError if it is a single-file checkpoint or its parameter names differ
-    from the model's."""
+# The optimizer may be `MuonAdamW`/a torch optimizer over plain or DTensor parameters, or `ZeroMuonAdamW` at any world
+# size: the state is re-sharded for this layout, keeping its saved dtype; param-group hyperparameters are restored.
+# FileNotFoundError if the step is missing or incomplete; ValueError if it is a single-file checkpoint or its
+# parameter names differ from the model's.
+def load_dcp_checkpoint(
+    ckpt_dir,  # the run's checkpoint folder
+    model: nn.Module,  # plain, DDP's inner module, or FSDP2-sharded; loaded in place
+    optimizer=None,  # if given, loaded in place
+    step: int | None = None,  # None: the newest complete one
+) -> dict:
+    """Collective: load a DCP checkpoint **in place** into `model` (and `optimizer`); returns its meta.json."""
     import torch.distributed.checkpoint as dcp
 
     d = _complete_step_dir(ckpt_dir, step)
@@ -678,13 +685,13 @@ def _load_dcp_full(d: Path, device, load_optim: bool):
     return model_state, {"state": per}
 
 # %% ../nbs/07_checkpoint.ipynb #14e3dc3f
-def model_from_meta(meta: dict, device="cpu") -> GPT:
-    """An initialised `GPT` (dense or MoE) with the architecture a checkpoint's `meta` records.
-
-    `GPTConfig(**meta["model_config"])`, its MLPs replaced by `MoE` layers
-    (`nanolit.parallel.expert_parallel.moeify`) when `meta["moe"]` is set ({experts, top_k, hidden}). Weights are
-    freshly initialised: load the checkpoint's state dict next. ValueError if `meta` has no model_config (not a
-    nanolit model checkpoint)."""
+# `GPTConfig(**meta["model_config"])`, its MLPs replaced by `MoE` layers (`nanolit.parallel.expert_parallel.moeify`)
+# when `meta["moe"]` is set ({experts, top_k, hidden}). Weights are freshly initialised: load the state dict next.
+def model_from_meta(
+    meta: dict,  # a checkpoint's meta (ValueError without model_config: not a nanolit model checkpoint)
+    device="cpu",  # where the model is built
+) -> GPT:
+    """An initialised `GPT` (dense or MoE) with the architecture a checkpoint's `meta` records."""
     if "model_config" not in meta:
         raise ValueError("meta.json has no 'model_config'; not a nanolit model checkpoint")
     with torch.device("meta"):
@@ -717,16 +724,15 @@ def latest_tag(stage: str = "base") -> str:
     return max(tags, key=lambda d: d.stat().st_mtime).name
 
 # %% ../nbs/07_checkpoint.ipynb #1243884f
+# FileNotFoundError names the missing directory and the command that makes it; ValueError if the tokenizer does not
+# fit the model's vocabulary or is not the one the checkpoint records (`check_tokenizer`: retrained since).
 def load_model(
     stage: str = "base",  # checkpoint stage: base, sft or rl
     tag: str | None = None,  # checkpoint tag (None: `latest_tag(stage)`)
     step: int | None = None,  # checkpoint step (None: the newest complete one)
     device: str | None = None,  # where the model goes (None: `autodetect_device_type()`)
 ) -> tuple[GPT, Tokenizer, dict]:
-    """`(model in eval mode, tokenizer, meta)` of the checkpoint `stage/tag/step`, loaded strictly.
-
-    FileNotFoundError names the missing directory and the command that makes it; ValueError if the tokenizer does not
-    fit the model's vocabulary or is not the one the checkpoint records (`check_tokenizer`: retrained since)."""
+    """`(model in eval mode, tokenizer, meta)` of the checkpoint `stage/tag/step`, loaded strictly."""
     device = device or autodetect_device_type()
     tag = tag if tag is not None else latest_tag(stage)
     d = checkpoint_dir(stage, tag)

@@ -41,24 +41,30 @@ __all__ = ['LETTERS', 'OUTPUT_LIMIT', 'SANDBOX_OUTCOMES', 'OLMO_EVAL', 'HUMAN_EV
            'chat_tasks', 'load_words']
 
 # %% ../nbs/10_tasks.ipynb #30057df9
-def text_key(text: str) -> str:
-    """A stable short key of `text` (12 hex digits of SHA-256), case and runs of whitespace ignored.
-
-    How an eval item is named in a checkpoint's record of what it trained on (`trained_on` in its meta)."""
+# How an eval item is named in a checkpoint's record of what it trained on (`trained_on` in its meta).
+def text_key(
+    text: str,  # the item's text
+) -> str:
+    """A stable short key of `text` (12 hex digits of SHA-256), case and runs of whitespace ignored."""
     return hashlib.sha256(" ".join(text.casefold().split()).encode("utf-8")).hexdigest()[:12]
 
 
+# Subclasses define `to_conversation(item) -> dict` and `evaluate(conversation, completion) -> bool`, and set
+# `eval_type`. Indexing past the end raises IndexError.
 class Task:
-    """Base task over a list of item dicts: `task[i]` is a conversation, `evaluate` its judge.
-
-    Subclasses define `to_conversation(item) -> dict` and `evaluate(conversation, completion) -> bool`, and set
-    `eval_type`. `start`, `stop`, `step` select a slice of the items (like `items[start:stop:step]`), e.g. to keep a
-    held-out part. IndexError past the end."""
+    """Base task over a list of item dicts: `task[i]` is a conversation, `evaluate` its judge."""
 
     eval_type = "generative"
     n_excluded = 0  # items dropped by `exclude` (e.g. trained on by the model being evaluated)
 
-    def __init__(self, items: list[dict], start: int = 0, stop: int | None = None, step: int = 1):
+    def __init__(
+        self,
+        items: list[dict],  # the task's items
+        # `start`, `stop`, `step` select `items[start:stop:step]`, e.g. to keep a held-out part
+        start: int = 0,
+        stop: int | None = None,
+        step: int = 1,
+    ):
         self.items = list(items)[start:stop:step]
 
     def __len__(self) -> int:
@@ -103,11 +109,13 @@ class Task:
 LETTERS = "ABCDEFGHIJ"
 
 
-def render_mc(question: str, choices: list[str], letters: str = LETTERS) -> str:
-    """The user message (str) for a lettered multiple-choice question.
-
-    The question, a blank line, one line `A. choice` per choice, and the instruction to answer with the letter.
-    ValueError unless 2 <= len(choices) <= len(letters)."""
+# The question, a blank line, one line `A. choice` per choice, and the instruction to answer with the letter.
+def render_mc(
+    question: str,  # the question text
+    choices: list[str],  # 2 <= len(choices) <= len(letters), else ValueError
+    letters: str = LETTERS,  # the labels, in order
+) -> str:
+    """The user message (str) for a lettered multiple-choice question."""
     if not 2 <= len(choices) <= len(letters):
         raise ValueError(f"need 2..{len(letters)} choices, got {len(choices)}")
     lines = [question.strip(), ""] + [f"{letters[i]}. {c}" for i, c in enumerate(choices)]
@@ -178,11 +186,12 @@ _MINUS = ("-", "\u2212", "\u2013")  # hyphen-minus, minus sign, en dash
 _MARKER_SIGN_RE = re.compile(r"[ \t]*(?P<sign>[+\-\u2212\u2013])[ \t]+")  # "#### - 5": a sign, spaces, then the number
 
 
-def extract_answer(text: str) -> float | None:
-    """The final numeric answer in `text` (float), or None.
-
-    The first number after the last `####` if there is a `####`, else the last number of the text. None for a
-    non-str (e.g. no completion). The number grammar and its limits are in the prose above."""
+# The first number after the last `####` if there is a `####`, else the last number of the text. The number grammar
+# and its limits are in the prose above.
+def extract_answer(
+    text: str,  # a completion (a non-str, e.g. no completion, gives None)
+) -> float | None:
+    """The final numeric answer in `text` (float), or None."""
     if not isinstance(text, str):
         return None
     head, marker, tail = text.rpartition("####")
@@ -462,6 +471,9 @@ def _tails(files, n: int = 40_000) -> tuple[list[int], list[bytes]]:
     return sizes, [f.read() for f in files]
 
 # %% ../nbs/10_tasks.ipynb #81227315
+# `status` is "passed" (the harness's pass line with this run's nonce came back) or the failure kind
+# (`sandbox_status`); stdout and stderr are the last 10 kB of each. Never raises for what the program does or holds;
+# the output stays in files, never in memory. Several may run at once.
 def run_sandboxed(
     program: str,  # Python source to judge
     timeout: float = 10.0,  # wall-clock seconds (the CPU limit is one more)
@@ -469,11 +481,7 @@ def run_sandboxed(
     checks: str = "",  # run after the program, e.g. a test and its call
     keep=(),  # program globals the checks see although named like a builtin (the entry point)
 ) -> dict:
-    """Run `program`, then `checks`, in the sandbox: {passed, status, returncode, timed_out, stdout, stderr}.
-
-    `status` is "passed" (the harness's pass line with this run's nonce came back) or the failure kind
-    (`sandbox_status`); stdout and stderr are the last 10 kB of each. Never raises for what the program does or holds;
-    the output stays in files, never in memory. Several may run at once."""
+    """Run `program`, then `checks`, in the sandbox: {passed, status, returncode, timed_out, stdout, stderr}."""
     nonce = secrets.token_hex(16)  # per run, from the OS's CSPRNG: no program can know it ahead
     with (
         tempfile.TemporaryDirectory(prefix="nanolit_sandbox_") as d,
@@ -518,12 +526,14 @@ def extract_code(completion: str) -> str:
     return m.group(1) if m else completion
 
 
-def humaneval_parts(item: dict, completion: str) -> tuple[str, str]:
-    """(program, checks) that test `completion` on HumanEval `item`.
-
-    The program is the completion's code (after the prompt's imports if it defines the entry point, else appended to
-    the prompt as the body); the checks are the item's test and the call `check(entry_point)`, which `run_sandboxed`
-    runs after the program, by the harness."""
+# The program is the completion's code (after the prompt's imports if it defines the entry point, else appended to the
+# prompt as the body); the checks are the item's test and the call `check(entry_point)`, which `run_sandboxed` runs
+# after the program, by the harness.
+def humaneval_parts(
+    item: dict,  # a HumanEval item (prompt, test, entry_point)
+    completion: str,  # the model's completion
+) -> tuple[str, str]:
+    """(program, checks) that test `completion` on HumanEval `item`."""
     code = extract_code(completion)
     if re.search(rf"^def {re.escape(item['entry_point'])}\s*\(", code, re.M):
         head = "\n".join(line for line in item["prompt"].splitlines() if line.startswith(("import ", "from ")))
@@ -583,15 +593,19 @@ def word_split(word: str) -> str:
     return "test" if zlib.crc32(word.encode("utf-8")) % 10 == 0 else "train"
 
 # %% ../nbs/10_tasks.ipynb #b86c165b
+# The letter is one of the word's with probability 0.8, any letter otherwise. Generative; judged by `extract_answer`.
 class SpellingBee(Task):
-    """Letter counting in words drawn from `words` (only those of `split`, lower-case a-z).
-
-    `size` items; the letter is one of the word's with probability 0.8, any letter otherwise. Generative; judged by
-    `extract_answer`."""
+    """Letter counting in words drawn from `words` (only those of `split`, lower-case a-z)."""
 
     eval_type = "generative"
 
-    def __init__(self, words, split: str = "train", size: int = 1000, seed: int = 0):
+    def __init__(
+        self,
+        words,  # candidate words (str)
+        split: str = "train",  # 'train' or 'test': which words (`word_split`)
+        size: int = 1000,  # number of items
+        seed: int = 0,  # for drawing the items
+    ):
         if split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {split!r}")
         self.words = sorted(
@@ -711,13 +725,15 @@ class TaskMixture(Task):
         raise TypeError("evaluate a mixture's items with their own task (task_of)")
 
 
+# Item i is item j of the task whose range holds i; `len` is the sum of the tasks' lengths. `task_of` and `evaluate`
+# as in `TaskMixture`.
 class TaskSequence(TaskMixture):
-    """`tasks` played one after another, in order and unshuffled (a curriculum).
+    """`tasks` played one after another, in order and unshuffled (a curriculum)."""
 
-    Item i is item j of the task whose range holds i; `len` is the sum of the tasks' lengths. `task_of` and
-    `evaluate` as in `TaskMixture`."""
-
-    def __init__(self, tasks: list):
+    def __init__(
+        self,
+        tasks: list,  # the tasks, in the order they are played
+    ):
         self.tasks, self.items = tasks, [(t, j) for t, task in enumerate(tasks) for j in range(len(task))]
 
 # %% ../nbs/10_tasks.ipynb #edb01020
@@ -796,10 +812,10 @@ def conv_arc_chat(d):
     return dict(question=q, choices=list(_lit(d["choices"])), gold=int(_lit(d["gold"])))
 
 
-def conv_hellaswag(r):
-    """HellaSwag row (Zellers et al. 2019) -> CORE multiple-choice item.
-
-    Row {activity_label, ctx_a, ctx_b, endings, label}: query "label: ctx_a Ctx_b", the four endings, gold = label."""
+def conv_hellaswag(
+    r,  # row {activity_label, ctx_a, ctx_b, endings, label}
+):
+    """HellaSwag row (Zellers et al. 2019) -> CORE multiple-choice item: query "label: ctx_a Ctx_b", gold = label."""
     ctx = r["ctx_a"] + " " + r["ctx_b"].capitalize() if r["ctx_b"] else r["ctx_a"]
     return dict(
         query=f"{r['activity_label']}: {ctx}".strip(), choices=list(_lit(r["endings"])), gold=int(_lit(r["label"]))
@@ -820,10 +836,10 @@ def conv_boolq(r):
     )
 
 # %% ../nbs/10_tasks.ipynb #9c020d6e
-def conv_csqa(r):
-    """CommonsenseQA row (Talmor et al. 2019) -> multiple-choice item.
-
-    Row {question, choices {label, text}, answerKey}; ValueError if answerKey is not among the labels."""
+def conv_csqa(
+    r,  # row {question, choices {label, text}, answerKey}
+):
+    """CommonsenseQA row (Talmor et al. 2019) -> multiple-choice item; ValueError if answerKey is not a label."""
     ch = _lit(r["choices"])
     return dict(
         query=f"Question: {r['question']}\nAnswer:",
@@ -832,11 +848,11 @@ def conv_csqa(r):
     )
 
 
-def conv_copa(r):
-    """COPA row (Roemmele et al. 2011, SuperGLUE) -> multiple-choice item.
-
-    Row {premise, choice1, choice2, question 'cause'|'effect', label}: "premise because" / "premise therefore"
-    continued by the lower-cased choices."""
+# "premise because" / "premise therefore" continued by the lower-cased choices.
+def conv_copa(
+    r,  # row {premise, choice1, choice2, question 'cause'|'effect', label}
+):
+    """COPA row (Roemmele et al. 2011, SuperGLUE) -> multiple-choice item."""
     link = " because" if r["question"] == "cause" else " therefore"
 
     def lower(s):
@@ -849,11 +865,11 @@ def conv_copa(r):
     )
 
 
-def conv_winogrande(r):
-    """WinoGrande row (Sakaguchi et al. 2020) -> CORE schema item.
-
-    Row {sentence with one '_', option1, option2, answer '1'|'2'}: the two sentence prefixes with the blank filled,
-    the shared continuation after it, gold 0 or 1. ValueError if the sentence has no '_'."""
+# The two sentence prefixes with the blank filled, the shared continuation after it, gold 0 or 1.
+def conv_winogrande(
+    r,  # row {sentence with one '_' (ValueError if none), option1, option2, answer '1'|'2'}
+):
+    """WinoGrande row (Sakaguchi et al. 2020) -> CORE schema item."""
     pre, post = r["sentence"].split("_", 1)
     return dict(
         context_options=[pre + r["option1"], pre + r["option2"]],
@@ -862,11 +878,12 @@ def conv_winogrande(r):
     )
 
 # %% ../nbs/10_tasks.ipynb #d77f2d51
-def conv_lm(ctx_key, ans):
-    """A converter of request docs to CORE language-modeling items {context, continuation}.
-
-    The context is `doc[ctx_key]`, the answer `ans(doc)`, both stripped (Jeopardy, LAMBADA, SQuAD, CoQA request
-    docs)."""
+# Used for the Jeopardy, LAMBADA, SQuAD and CoQA request docs; context and answer are both stripped.
+def conv_lm(
+    ctx_key,  # the context is `doc[ctx_key]`
+    ans,  # the answer is `ans(doc)`
+):
+    """A converter of request docs to CORE language-modeling items {context, continuation}."""
     return lambda d: dict(context=d[ctx_key].rstrip(), continuation=ans(d).strip())
 
 
@@ -984,12 +1001,13 @@ def _bigbench_tasks(names: set[str]) -> dict[str, list[dict]]:
     return out
 
 # %% ../nbs/10_tasks.ipynb #f48fdef9
-def build_eval_data(tasks: list[str] | None = None, bigbench: bool = True, force: bool = False) -> dict[str, int]:
-    """Extract benchmark items into `eval_data/<name>.jsonl`; {name: items} of what exists.
-
-    For the CORE tasks and chat sources named in `tasks` (None: all available). `bigbench=False` skips the 358 MB
-    BIG-bench sdist. Already-built tasks are kept unless `force`. SourceUnavailable if a needed package cannot be
-    fetched."""
+# SourceUnavailable if a needed package cannot be fetched.
+def build_eval_data(
+    tasks: list[str] | None = None,  # CORE tasks and chat sources to build (None: all available)
+    bigbench: bool = True,  # False skips the 358 MB BIG-bench sdist
+    force: bool = False,  # rebuild tasks already built
+) -> dict[str, int]:
+    """Extract benchmark items into `eval_data/<name>.jsonl`; returns {name: items} of what exists."""
     out_dir = eval_data_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     wanted = list(CORE_TASKS) + list(CHAT_SOURCES) if tasks is None else list(tasks)
@@ -1048,13 +1066,17 @@ HF_SOURCES = {  # name: (HF dataset, config, split)
 }
 
 
+# The listing is `/api/datasets/{dataset}/parquet/{config}/{split}` (a JSON list of parquet file URLs).
 def hf_parquet_rows(
-    dataset: str, config: str, split: str, timeout: float = 60, endpoint: str | None = None
+    dataset: str,  # the Hub dataset id
+    config: str,  # its config
+    split: str,  # its split
+    timeout: float = 60,  # seconds per request
+    # the Hub's address (default `$HF_ENDPOINT`, the variable huggingface_hub reads for mirrors, else
+    # https://huggingface.co)
+    endpoint: str | None = None,
 ) -> list[dict]:
-    """Rows of a Hugging Face dataset split, by the Hub's parquet listing (a JSON list of parquet file URLs).
-
-    The listing is `/api/datasets/{dataset}/parquet/{config}/{split}`; `endpoint` is the Hub's address (default
-    `$HF_ENDPOINT`, the variable huggingface_hub reads for mirrors, else https://huggingface.co)."""
+    """Rows of a Hugging Face dataset split, by the Hub's parquet listing."""
     import requests
     import pyarrow.parquet as pq
 
@@ -1126,13 +1148,14 @@ class _SetUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
 
 # %% ../nbs/10_tasks.ipynb #4b159974
-def load_words(download: bool = True) -> list[str]:
-    """An English word list (list of str), from this machine or, with `download`, fetched once.
-
-    The system's /usr/share/dict list, else the copy cached in `eval_data_dir()/words.txt`; else, if `download`,
-    Debian `wamerican` fetched with apt (see `nanolit.data.fetch_apt`) or the web2 list of the MIT `english-words`
-    package (a pickled set of str, read with an unpickler that accepts nothing else), cached to words.txt.
-    SourceUnavailable if none can be had (without `download`: none is local)."""
+# The system's /usr/share/dict list, else the copy cached in `eval_data_dir()/words.txt`; else, if `download`, Debian
+# `wamerican` fetched with apt (see `nanolit.data.fetch_apt`) or the web2 list of the MIT `english-words` package (a
+# pickled set of str, read with an unpickler that accepts nothing else), cached to words.txt. SourceUnavailable if
+# none can be had (without `download`: none is local).
+def load_words(
+    download: bool = True,  # fetch a list if none is on this machine
+) -> list[str]:
+    """An English word list (list of str), from this machine or, with `download`, fetched once."""
     for p in ("/usr/share/dict/american-english", "/usr/share/dict/words", eval_data_dir() / "words.txt"):
         if Path(p).exists():
             return Path(p).read_text(errors="ignore").split()

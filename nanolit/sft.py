@@ -131,12 +131,11 @@ def _closed(lines: list[str], q: str) -> bool:
     return (len(s) - len(s.rstrip("'"))) % 2 == 1 if q == "'" else not s.endswith('\\"')
 
 # %% ../nbs/12_sft.ipynb #c0f9418c
+# The subset of YAML those files use: nested `- ` items, plain / quoted / multi-line scalars, `|` literal blocks.
 def parse_chatterbot_yaml(
     text: str,  # a chatterbot-corpus YAML file
 ) -> list[list[str]]:
-    """The file's `conversations:` list, as lists of strings.
-
-    The subset of YAML those files use: nested `- ` items, plain / quoted / multi-line scalars, `|` literal blocks."""
+    """The file's `conversations:` list, as lists of strings."""
     lines, convs, i, in_conv = text.splitlines(), [], 0, False
     while i < len(lines):
         line = lines[i]
@@ -351,6 +350,7 @@ def source_names(
     return [s.strip() for s in names if s.strip()]
 
 # %% ../nbs/12_sft.ipynb #20c24992
+# Missing packages or eval data raise SourceUnavailable / FileNotFoundError naming the source.
 def sft_mixture(
     sources: str | list[str] = "chitchat,chatterbot,identity,mmlu,gsm8k,spellingbee",  # names, or jsonl:PATH
     weights: list[float] | None = None,  # one per source (None: all 1)
@@ -360,9 +360,7 @@ def sft_mixture(
     val_per_source: int = 100,  # most val items per source
     seed: int = 42,  # seeds the mixture and SpellingBee
 ) -> tuple[TaskMixture, TaskMixture, dict]:
-    """(train mixture, val mixture, {source: (n_train, n_val)}) of SFT conversations.
-
-    Missing packages or eval data raise SourceUnavailable / FileNotFoundError naming the source."""
+    """(train mixture, val mixture, {source: (n_train, n_val)}) of SFT conversations."""
     names = source_names(sources)
     if not names:
         raise ValueError("no SFT sources given")
@@ -413,13 +411,12 @@ SOURCE_EVAL_TASK = {
 }  # SFT source -> chat eval task it overlaps
 
 
+# Only the sources of eval-task kinds (`SOURCE_EVAL_TASK`): what a model trained on it must never be scored on.
 def trained_keys(
     mixture: TaskMixture,  # the train mixture of `sft_mixture(names)`: one task per name, in order
     names: str | list[str],  # its source names
 ) -> dict[str, list[str]]:
-    """{chat eval task: sorted item keys} of the items `mixture` really holds (weights and caps applied).
-
-    Only the sources of eval-task kinds (`SOURCE_EVAL_TASK`): what a model trained on it must never be scored on."""
+    """{chat eval task: sorted item keys} of the items `mixture` really holds (weights and caps applied)."""
     names, out = source_names(names), {}
     if len(names) != len(mixture.tasks):
         raise ValueError(f"{len(names)} source names for {len(mixture.tasks)} tasks")
@@ -433,15 +430,14 @@ def trained_keys(
     return {k: sorted(v) for k, v in out.items()}
 
 # %% ../nbs/12_sft.ipynb #504bf2e2
+# A sequence with no mask-1 token after its first is skipped. Ends when `seqs` and the buffer are empty.
 def best_fit_rows(
     seqs: Iterable[tuple[list[int], list[int]]],  # (ids, mask) sequences
     row_len: int,  # most tokens per row
     buffer_size: int = 64,  # sequences held for the best fit
     crop: bool = True,  # crop a longer sequence to `row_len` (False: skip it)
 ) -> Iterator[tuple[list[int], list[int]]]:
-    """(ids, mask) rows packed best-fit from `seqs`, unpadded, at least one sequence each.
-
-    A sequence with no mask-1 token after its first is skipped. Ends when `seqs` and the buffer are empty."""
+    """(ids, mask) rows packed best-fit from `seqs`, unpadded, at least one sequence each."""
     if row_len < 2:
         raise ValueError(f"row_len must be >= 2, got {row_len}")
     it, buf = iter(seqs), []
@@ -518,6 +514,7 @@ def conversation_stream(
         ep += 1
 
 
+# With finite `epochs` the last batch may have fewer rows (never an all-padding one).
 def sft_batches(
     task,  # a `Task` of conversations
     tokenizer,  # renders them
@@ -530,9 +527,7 @@ def sft_batches(
     buffer_size: int = 64,  # conversations held for the best fit
     device=None,  # where the batches go
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(inputs, targets) batches of B rows x T tokens, packed best-fit from `conversation_stream`.
-
-    With finite `epochs` the last batch may have fewer rows (never an all-padding one)."""
+    """(inputs, targets) batches of B rows x T tokens, packed best-fit from `conversation_stream`."""
     rows = best_fit_rows(conversation_stream(task, tokenizer, T + 1, slot, n_slots, epochs, seed), T + 1, buffer_size)
     pad = tokenizer.bos_token_id
     while True:
@@ -542,15 +537,14 @@ def sft_batches(
         yield rows_to_batch(batch, T, pad, device)
 
 # %% ../nbs/12_sft.ipynb #95fb2ec6
+# After `allreduce_gradients` every `.grad` is that of the trained-token losses summed over all ranks and micro-steps,
+# over N. N = 0 gives loss 0 and zero gradients.
 def sft_backward(
     model,  # a GPT: model(x, y, loss_reduction="sum") is its summed loss
     batches: list[tuple[torch.Tensor, torch.Tensor]],  # this rank's micro-batches of the step
     group=None,  # the ranks of the sums (None: the world)
 ) -> tuple[float, int]:
-    """Forward and backward of one step's micro-batches; returns (loss, trained tokens N), the same on every rank.
-
-    After `allreduce_gradients` every `.grad` is that of the trained-token losses summed over all ranks and micro-steps,
-    over N. N = 0 gives loss 0 and zero gradients."""
+    """Forward and backward of one step's micro-batches; returns (loss, trained tokens N), the same on every rank."""
     world = group_size(group)
     device = batches[0][1].device
     n = torch.tensor(float(sum(int((y != -1).sum()) for _, y in batches)), device=device)
@@ -626,6 +620,7 @@ def chat_eval_tasks(
     return out
 
 # %% ../nbs/12_sft.ipynb #62a959bb
+# `failures` is "kind count; ..." (categorical: wrong answers). A task left with no item gets no row.
 def chat_eval(
     model,  # a plain GPT (KV-cached decoding)
     tokenizer,  # its tokenizer
@@ -633,9 +628,7 @@ def chat_eval(
     max_items: int = 20,  # most items per task
     max_new_tokens: int = 128,  # most tokens per answer
 ) -> list[dict]:
-    """Rows {task, type, n_scored, n_excluded, accuracy, failures} of greedy accuracy (rank-split when distributed).
-
-    `failures` is "kind count; ..." (categorical: wrong answers). A task left with no item gets no row."""
+    """Rows {task, type, n_scored, n_excluded, accuracy, failures} of greedy accuracy (rank-split when distributed)."""
     was = model.training
     model.eval()
     engine, rows = Engine(model, tokenizer), []
@@ -698,16 +691,14 @@ class SFTConfig(OptimConfig, RunConfig):
             self.bad("sp", "sequence parallelism needs --tp > 1")
 
 # %% ../nbs/12_sft.ipynb #988543cc
+# `trained_on` ({chat eval task: sorted item keys}) unites the source's record with this stage's `trained`: no eval of
+# the model may score those items. `moe` and `tokenizer` are the source's, so it loads and checks like its source.
 def lineage_meta(
     cfg,  # source_stage, source_tag, tag (and gsm8k_source when `trained` is None)
     src_meta: dict,  # the meta of the checkpoint the stage started from
     trained: dict | None = None,  # {task: item keys} this stage trained on (None: all of the GSM8K pool, as RL)
 ) -> dict:
-    """What a post-training checkpoint records of where it came from: `source`, `moe`, `tokenizer`, `gsm8k_split`,
-    `trained_on`.
-
-    `trained_on` ({chat eval task: sorted item keys}) unites the source's record with this stage's `trained`: no eval of
-    the model may score those items. `moe` and `tokenizer` are the source's, so it loads and checks like its source."""
+    """A post-training checkpoint's record of its origin: `source`, `moe`, `tokenizer`, `gsm8k_split`, `trained_on`."""
     if trained is None:
         src = getattr(cfg, "gsm8k_source", None)
         pool = GSM8K(gsm8k_pool(src, record=False)[0]) if src else GSM8K([])

@@ -47,20 +47,17 @@ def _short(v, n: int = 40) -> str:
     return r if len(r) <= n else f"{r[:n]}... ({len(r)} characters)"
 
 # %% ../nbs/14_chat.ipynb #b00a29ad
+# Role order: optional system, then user, assistant, ... ending with user (ValueError otherwise); contents are strings,
+# non-empty after strip. ChatLimitError if a message has more than `max_message_chars` characters, there are more than
+# `max_turns` user messages, or the prompt does not leave room for one new token in `context_len`.
 def prompt_tokens(
-    tokenizer: Tokenizer,
-    messages: list[dict],
-    max_message_chars: int = 4000,
-    max_turns: int = 32,
-    context_len: int | None = None,
+    tokenizer: Tokenizer,  # renders with `render_for_completion`
+    messages: list[dict],  # a list of {"role", "content"}
+    max_message_chars: int = 4000,  # longest message
+    max_turns: int = 32,  # most user messages
+    context_len: int | None = None,  # the model's `sequence_len` (None: no check)
 ) -> list[int]:
-    """Validate `messages` and render them for the next assistant turn; the prompt's token ids.
-
-    Validate `messages` (a list of {"role", "content"} with string content, non-empty after strip) and render them
-    for the next assistant turn with `tokenizer.render_for_completion` (role order: optional system, then user,
-    assistant, ... ending with user; ValueError otherwise). ChatLimitError if a message has more than
-    `max_message_chars` characters, there are more than `max_turns` user messages, or the prompt does not leave room
-    for one new token in `context_len` (the model's `sequence_len`)."""
+    """Validate `messages` and render them for the next assistant turn; the prompt's token ids."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("'messages' must be a non-empty list")
     for i, m in enumerate(messages):
@@ -88,21 +85,18 @@ def prompt_tokens(
     return ids
 
 # %% ../nbs/14_chat.ipynb #483abd15
+# Via `engine.stream_text`, ending at `<|assistant_end|>`, after `max_tokens` tokens, or when `stop` is set (checked
+# before each piece; the engine's generator is closed at once, freeing its KV cache).
 def stream_reply(
-    engine: Engine,
-    tokens: list[int],
-    stop: threading.Event | None = None,
-    temperature: float = 0.6,
-    top_k: int | None = 50,
-    max_tokens: int = 512,
-    seed: int | None = None,
+    engine: Engine,  # generates the reply
+    tokens: list[int],  # the prompt
+    stop: threading.Event | None = None,  # set it to end the reply early
+    temperature: float = 0.6,  # sampling temperature
+    top_k: int | None = 50,  # sample among the k most likely tokens
+    max_tokens: int = 512,  # longest reply
+    seed: int | None = None,  # None: a fresh random seed per reply
 ) -> Iterator[str]:
-    """Yield the assistant reply to `tokens` as text pieces (whole UTF-8 characters).
-
-    Yield the assistant reply to the prompt `tokens` as text pieces (whole UTF-8 characters) via
-    `engine.stream_text`, ending at `<|assistant_end|>`, after `max_tokens` tokens, or when `stop` is set (checked
-    before each piece; the engine's generator is closed at once, freeing its KV cache). seed None: a fresh random
-    seed per reply."""
+    """Yield the assistant reply to `tokens` as text pieces (whole UTF-8 characters)."""
     seed = random.randrange(2**31) if seed is None else seed
     pieces = engine.stream_text(tokens, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
     try:
@@ -116,22 +110,21 @@ def stream_reply(
 
 # %% ../nbs/14_chat.ipynb #90fbba2f
 class ChatSession:
-    """A conversation with `model` via an `Engine`; `messages` is the list of {role, content} dicts.
+    """A conversation with `model` via an `Engine`; `messages` is the list of {role, content} dicts."""
 
-    `system`: optional system prompt. Limits as in `prompt_tokens`; sampling defaults for `stream`."""
-
+    # Limits as in `prompt_tokens`; the sampling settings are the defaults for `stream`.
     def __init__(
         self,
-        model,
-        tokenizer: Tokenizer,
-        system: str | None = None,
-        max_message_chars: int = 4000,
-        max_turns: int = 32,
-        temperature: float = 0.6,
-        top_k: int | None = 50,
-        max_tokens: int = 512,
-        seed: int | None = None,
-        engine: Engine | None = None,
+        model,  # a `GPT` in eval mode
+        tokenizer: Tokenizer,  # its tokenizer
+        system: str | None = None,  # optional system prompt
+        max_message_chars: int = 4000,  # longest message
+        max_turns: int = 32,  # most user messages
+        temperature: float = 0.6,  # sampling temperature
+        top_k: int | None = 50,  # sample among the k most likely tokens
+        max_tokens: int = 512,  # longest reply
+        seed: int | None = None,  # None: a fresh random seed per reply
+        engine: Engine | None = None,  # default `Engine(model, tokenizer)`
     ):
         self.model, self.tokenizer, self.system = model, tokenizer, system
         self.engine = engine or Engine(model, tokenizer)
@@ -162,11 +155,15 @@ class ChatSession:
             self.messages.pop()
             raise
 
-    def stream(self, text: str | None = None, stop: threading.Event | None = None, **sampling) -> Iterator[str]:
-        """Add `text` as a user message (if given), then an iterator of reply pieces.
-
-        Validated now, not at first `next`), then return an iterator of reply pieces; when it ends (or `stop` is
-        set) the reply so far is appended as an assistant message."""
+    # The message is validated now, not at first `next`; when the iterator ends (or `stop` is set) the reply so far is
+    # appended as an assistant message.
+    def stream(
+        self,
+        text: str | None = None,  # the user's message
+        stop: threading.Event | None = None,  # set it to end the reply early
+        **sampling,  # override the session's sampling settings
+    ) -> Iterator[str]:
+        """Add `text` as a user message (if given), then an iterator of reply pieces."""
         ids = self.add_user(text) if text is not None else self.prompt()
         return self._stream(ids, stop, {**self.sampling, **sampling})
 
@@ -195,10 +192,14 @@ class ChatSession:
         return "".join(self.stream(text, **sampling))
 
 # %% ../nbs/14_chat.ipynb #f05384f8
-def chat_repl(session: ChatSession, prompt: str | None = None, read: Callable[[str], str] = input, out=None):
-    """A chat on the terminal: read a line, stream the reply; `/reset` forgets, `/quit` exits.
-
-    Commands: `/reset` forgets the conversation, `/quit` (or EOF, Ctrl-C) exits. `prompt`: answer it and return."""
+# `/reset` forgets the conversation, `/quit` (or EOF, Ctrl-C) exits.
+def chat_repl(
+    session: ChatSession,  # the conversation
+    prompt: str | None = None,  # answer it and return
+    read: Callable[[str], str] = input,  # reads a line
+    out=None,  # where replies are written (default: stdout)
+):
+    """A chat on the terminal: read a line, stream the reply; `/reset` forgets, `/quit` exits."""
     out = out or sys.stdout
 
     def reply(text) -> bool:
@@ -610,11 +611,14 @@ def parse_sse(text: str) -> tuple[str, list[str]]:
     return "".join(reply), errors
 
 # %% ../nbs/14_chat.ipynb #f1bc46b0
-def start_server(app: FastAPI, host: str = "127.0.0.1", port: int = 0, timeout: float = 10.0):
-    """Run `app` with uvicorn in a daemon thread; (server, url).
-
-    Stop with `server.should_exit = True`. `port=0` picks a free port. RuntimeError if it has not started within
-    `timeout` seconds."""
+# Stop with `server.should_exit = True`.
+def start_server(
+    app: FastAPI,  # the app to serve
+    host: str = "127.0.0.1",  # the address to bind
+    port: int = 0,  # 0 picks a free port
+    timeout: float = 10.0,  # seconds to start within (RuntimeError otherwise)
+):
+    """Run `app` with uvicorn in a daemon thread; (server, url)."""
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
@@ -718,16 +722,15 @@ def _wait(box, timeout: float | None = None) -> bool:
     return not _busy(box)
 
 # %% ../nbs/14_chat.ipynb #214e1f28
+# Its attributes: view (HTML), text (Textarea), send / stop / reset (Buttons), status (HTML), session, thread (the
+# last generation thread) and wait(timeout) -> bool (True when no generation is running).
 def chat_widget(
     model=None,  # a `GPT` in eval mode (unless `session` is given)
     tokenizer: Tokenizer | None = None,  # its tokenizer
     session: ChatSession | None = None,  # default `ChatSession(model, tokenizer, **session_kw)`
     **session_kw,  # sampling options of the session
 ):
-    """An ipywidgets chat cell on `session`: a `VBox` with Send, Stop and Reset, the reply streaming into the view.
-
-    Its attributes: view (HTML), text (Textarea), send / stop / reset (Buttons), status (HTML), session, thread (the
-    last generation thread) and wait(timeout) -> bool (True when no generation is running)."""
+    """An ipywidgets chat cell on `session`: a `VBox` with Send, Stop and Reset, the reply streaming into the view."""
     box = _chat_box(session or ChatSession(model, tokenizer, **session_kw))
     box.wait = functools.partial(_wait, box)
     box.send.on_click(lambda _: _on_send(box))

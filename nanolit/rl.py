@@ -43,13 +43,12 @@ __all__ = ['MAX_REWARD', 'main', 'CHAT_EVAL_NOTE', 'report_main', 'group_advanta
 MAX_REWARD = 1e30  # |reward| above this is invalid (its float32 advantage would overflow)
 
 
+# An invalid reward (None, NaN, inf, |r| > `MAX_REWARD`: a failed judge) gets A = 0 and is left out of its group's mean;
+# a group with fewer than two valid rewards, or all equal, gives zeros.
 def group_advantages(
     rewards: torch.Tensor | list[list[float | None]],  # (G, K): G problems, K samples each; None/NaN/inf = invalid
 ) -> torch.Tensor:
-    """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K).
-
-    An invalid reward (None, NaN, inf, |r| > `MAX_REWARD`: a failed judge) gets A = 0 and is left out of its group's
-    mean; a group with fewer than two valid rewards, or all equal, gives zeros."""
+    """Advantages A = r - mean of the group's *valid* rewards, float32 (G, K)."""
     if not isinstance(rewards, torch.Tensor):
         if len({len(g) for g in rewards}) > 1:
             raise ValueError(f"every group needs the same number of samples, got {[len(g) for g in rewards]}")
@@ -68,15 +67,14 @@ def group_advantages(
 _REWARD_ERRORS: set[str] = set()  # messages already printed by `reward` in this process
 
 
+# Invalid results are counted. Anything else: an exception (its one-line message printed to stderr the first time it is
+# seen), None, a string, a several-element tensor, NaN, inf.
 def reward(
     task,  # the judge: `task.evaluate(conversation, completion)`
     conversation: dict,  # the problem
     completion: str,  # the sampled answer
 ) -> float:
-    """The judge's bool as 1.0/0.0, or its finite number as is; NaN (invalid: counted, advantage 0) for anything else.
-
-    Anything else: an exception (its one-line message printed to stderr the first time it is seen), None, a string, a
-    several-element tensor, NaN, inf."""
+    """The judge's bool as 1.0/0.0, or its finite number as is; NaN (invalid: advantage 0) for anything else."""
     try:
         v = task.evaluate(conversation, completion)
     except Exception as e:
@@ -121,6 +119,8 @@ def rollout(
     return list(zip(toks, masks))
 
 
+# inputs and targets are int64 (n, L-1), a target being the next token where it is a sampled completion token, else -1;
+# advantages float32 (n,).
 def rl_batch(
     prompts: list[list[int]],  # the prompt of each sequence
     samples: list[tuple[list[int], list[int]]],  # (tokens, sampled mask) of each completion
@@ -128,10 +128,7 @@ def rl_batch(
     pad_id: int = 0,  # right padding
     device=None,  # where the tensors go
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(inputs, targets, advantages) of sequences prompt_i + completion_i, right-padded to the longest.
-
-    inputs and targets are int64 (n, L-1), a target being the next token where it is a sampled completion token,
-    else -1; advantages float32 (n,)."""
+    """(inputs, targets, advantages) of sequences prompt_i + completion_i, right-padded to the longest."""
     seqs = [(list(p) + list(t), [0] * len(p) + list(m)) for p, (t, m) in zip(prompts, samples)]
     L = max(len(s) for s, _ in seqs)
     x = torch.full((len(seqs), L), pad_id, dtype=torch.long)
@@ -143,6 +140,8 @@ def rl_batch(
     return x[:, :-1].to(device), y.to(device), torch.tensor(advantages, dtype=torch.float32, device=device)
 
 # %% ../nbs/13_rl.ipynb #c4c62b24
+# The model's logits go through `sampling_logprobs` (the sampler's own function; each target kept in the support), so at
+# the weights that sampled it this is the log-probability the sampler drew the token with.
 def policy_logprobs(
     model,  # a GPT: model(inputs) gives its (n, T, V) logits
     inputs: torch.Tensor,  # int64 (n, T) token ids
@@ -150,10 +149,7 @@ def policy_logprobs(
     temperature: float = 1.0,  # the rollouts' temperature (> 0)
     top_k: int | None = None,  # the rollouts' top-k (0/None = off)
 ) -> torch.Tensor:
-    """log pi(target) under the sampling distribution, (n, T) fp32, 0 where targets == -1.
-
-    The model's logits go through `sampling_logprobs` (the sampler's own function; each target kept in the support), so
-    at the weights that sampled it this is the log-probability the sampler drew the token with."""
+    """log pi(target) under the sampling distribution, (n, T) fp32, 0 where targets == -1."""
     logp = sampling_logprobs(model(inputs), temperature, top_k, keep=targets)
     return logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1).masked_fill(targets == -1, 0.0)
 
@@ -168,6 +164,8 @@ def pg_loss(
     return (nll * advantages[:, None] * (targets != -1)).sum() / max(float(n_tokens), 1.0)
 
 
+# After `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens, with the log-
+# probabilities of the distribution the rollouts were sampled from.
 def rl_backward(
     model,  # the policy
     batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],  # this rank's (inputs, targets, advantages)
@@ -175,10 +173,7 @@ def rl_backward(
     temperature: float = 1.0,  # the rollouts' sampling temperature
     top_k: int | None = None,  # the rollouts' top-k
 ) -> tuple[float, int]:
-    """Backward of the policy-gradient loss of this rank's micro-batches; returns (loss, sampled tokens N), all ranks.
-
-    After `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens, with the
-    log-probabilities of the distribution the rollouts were sampled from."""
+    """Backward of the policy-gradient loss of this rank's micro-batches; (loss, sampled tokens N), on all ranks."""
     world = group_size(group)
     device = batches[0][1].device
     n = torch.tensor(float(sum(int((y != -1).sum()) for _, y, _ in batches)), device=device)

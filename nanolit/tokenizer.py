@@ -82,12 +82,11 @@ def _ranges(cps: list[int]) -> str:
     return "".join(out)
 
 
+# Read off tiktoken itself (its Unicode tables can be older than the `regex` module's): the `regex` module's class, less
+# what tiktoken's lacks, plus what only tiktoken's has.
 @functools.cache
 def engine_classes() -> dict[str, str]:
-    """{"L": letters, "N": digits}: `regex` (V1) classes for `\\p{L}`, `\\p{N}` as tiktoken's engine sees them.
-
-    Read off tiktoken itself (its Unicode tables can be older than the `regex` module's): the `regex` module's
-    class, less what tiktoken's lacks, plus what only tiktoken's has."""
+    """{"L": letters, "N": digits}: `regex` (V1) classes for `\\p{L}`, `\\p{N}` as tiktoken's engine sees them."""
     every = array.array("I", itertools.chain(range(0xD800), range(0xE000, 0x110000))).tobytes().decode("utf-32-le")
     out = {}
     for name in ("L", "N"):  # a pattern that matches one class: tiktoken skips every other character
@@ -100,11 +99,10 @@ def engine_classes() -> dict[str, str]:
     return out
 
 # %% ../nbs/01_tokenizer.ipynb #2a06c288
+# A reverse search tests each rule's assertions last to first, so the cheap look-behind is last.
 @functools.cache
 def _cut_regex():
-    """Zero-width matches where SPLIT_PATTERN always cuts, whatever follows (rules A-G above), searched right to left.
-
-    A reverse search tests each rule's assertions last to first, so the cheap look-behind is last."""
+    """Zero-width matches where SPLIT_PATTERN always cuts whatever follows (rules A-G above), searched right to left."""
     L, N, W = engine_classes()["L"], engine_classes()["N"], r"[^\S\r\n]"  # W: whitespace other than a newline
     y = r"(?=(?s:.))"  # there is a next character
     rules = [
@@ -122,11 +120,15 @@ def _cut_regex():
 _RUN = regex.compile(r"\p{L}+|\p{N}+|\s+|[^\s\p{L}\p{N}]+", regex.REVERSE)  # a run of one class, ending where matched
 
 
-def _last_cut(text: str, p: int, e: int, near: int = 256) -> int | None:
-    """The rightmost place in (p, e] found where SPLIT_PATTERN always cuts, or None; time linear in e - p.
-
-    The rules are tested `near` characters at a time, right to left; a longer run of one class is jumped over
-    (inside it there is no such place, or one the search may miss: a missed place only makes a piece shorter)."""
+# The rules are tested `near` characters at a time, right to left; a longer run of one class is jumped over (inside it
+# there is no such place, or one the search may miss: a missed place only makes a piece shorter).
+def _last_cut(
+    text: str,  # the text being split
+    p: int,  # the last cut so far
+    e: int,  # the end of the span searched
+    near: int = 256,  # characters tested at a time
+) -> int | None:
+    """The rightmost place in (p, e] found where SPLIT_PATTERN always cuts, or None; time linear in e - p."""
     cut, hi = _cut_regex(), e
     while hi > p:  # find the rightmost place in (lo, hi]
         lo = max(p, hi - near)
@@ -144,11 +146,15 @@ def _digit_run():
     return regex.compile(engine_classes()["N"] + "+", regex.REVERSE | regex.V1)
 
 
-def _digit_group_cut(text: str, p: int, i: int, group: int) -> int | None:
-    """A cut in (p, i] on a digit-group boundary if text[i-1] and text[i] are digits of one run, else None.
-
-    A digit is only ever taken by the `\\p{N}{1,g}` alternative, so a run's groups of `group` digits are counted
-    from its first digit (or from `p`, an earlier cut on such a boundary): cutting between groups is exact."""
+# A digit is only ever taken by the `\p{N}{1,g}` alternative, so a run's groups of `group` digits are counted from its
+# first digit (or from `p`, an earlier cut on such a boundary): cutting between groups is exact.
+def _digit_group_cut(
+    text: str,  # the text being split
+    p: int,  # the last cut so far
+    i: int,  # the candidate position
+    group: int,  # digits per group (g)
+) -> int | None:
+    """A cut in (p, i] on a digit-group boundary if text[i-1] and text[i] are digits of one run, else None."""
     m = _digit_run().match(text, p, i + 1) if i < len(text) else None
     if m is None or m.end() != i + 1 or m.start() >= i:
         return None  # text[i-1:i+1] is not two digits of a run

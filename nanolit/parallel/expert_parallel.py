@@ -23,10 +23,14 @@ __all__ = ['route', 'switch_aux_loss', 'grouped_expert_mlp', 'all_to_all', 'MoE'
            'expert_parallel_full_state', 'load_expert_parallel_full_state', 'ExpertParallel']
 
 # %% ../../nbs/06e_expert_parallel.ipynb #036038f8
-def route(logits: Tensor, top_k: int, renormalize: bool = True):
-    """Top-k routing. logits: (N, E) router outputs (any float dtype; softmax in fp32, or fp64 for fp64 logits).
-    Returns (experts (N,k) int64, weights (N,k), probs (N,E) softmax, counts (E,) int64 assignments per expert).
-    `weights` are the top-k softmax probabilities, renormalised to sum to 1 when `renormalize`. ValueError if k > E."""
+# Softmax in fp32 (fp64 for fp64 logits). Returns (experts (N,k) int64, weights (N,k), probs (N,E) softmax, counts (E,)
+# int64 assignments per expert); `weights` are the top-k softmax probabilities.
+def route(
+    logits: Tensor,  # (N, E) router outputs, any float dtype
+    top_k: int,  # k <= E (ValueError otherwise)
+    renormalize: bool = True,  # renormalise the weights to sum to 1
+):
+    """Top-k routing: (experts, weights, probs, counts) of N tokens over E experts."""
     N, E = logits.shape
     if not 1 <= top_k <= E:
         raise ValueError(f"top_k must be in [1, n_experts={E}], got {top_k}")
@@ -46,10 +50,14 @@ def switch_aux_loss(probs: Tensor, counts: Tensor, top_k: int) -> Tensor:
     return E * (f * probs.mean(0)).sum()
 
 # %% ../../nbs/06e_expert_parallel.ipynb #aebeae08
-def grouped_expert_mlp(xs: Tensor, counts: Tensor, w_fc: Tensor, w_proj: Tensor) -> Tensor:
-    """ReLU^2 MLP of expert e on its group of rows. xs: (M, d) rows sorted by expert, counts: (E,) rows per expert
-    (sum = M), w_fc: (E, d, h), w_proj: (E, h, d). Returns (M, d) in xs's dtype. Uses torch.bmm on zero-padded
-    groups."""
+# Uses torch.bmm on zero-padded groups.
+def grouped_expert_mlp(
+    xs: Tensor,  # (M, d) rows sorted by expert
+    counts: Tensor,  # (E,) rows per expert (sum = M)
+    w_fc: Tensor,  # (E, d, h)
+    w_proj: Tensor,  # (E, h, d)
+) -> Tensor:
+    """ReLU^2 MLP of expert e on its group of rows; returns (M, d) in xs's dtype."""
     E, M = w_fc.size(0), xs.size(0)
     if counts.numel() != E or int(counts.sum()) != M:
         raise ValueError(f"counts {counts.tolist()} must have {E} entries summing to {M}")
@@ -88,24 +96,24 @@ def all_to_all(x: Tensor, in_splits: list[int], out_splits: list[int], group=Non
     return _AllToAll.apply(x, list(map(int, in_splits)), list(map(int, out_splits)), group)
 
 
+# After forward, `aux_loss` holds the Switch load-balancing loss (Fedus et al. 2021) and `counts` the (E,) assignments.
+# With `group` (an ep process group of size W, E % W == 0) this rank holds experts [rE/W, (r+1)E/W) and exchanges
+# tokens by all-to-all; then with `aux_scope="group"` (default) `aux_loss` is E * sum_i f_i(global) * P_i(local), whose
+# mean over the group is the loss of all the group's tokens (with equal token counts per rank); with
+# `aux_scope="local"` the counts f_i are this rank's own, so the loss is that of this rank's batch alone (Switch's
+# per-device convention; what `nanolit.train` uses, so a run is the same at any ep). ValueError on bad sizes.
 class MoE(nn.Module):
-    """Mixture-of-experts ReLU^2 MLP, dropless top-k routing (Switch/GShard/Mixtral family). x: (..., d) -> (..., d).
-    After forward, `aux_loss` holds the Switch load-balancing loss (Fedus et al. 2021) and `counts` the (E,)
-    assignments. With `group` (an ep process group of size W, E % W == 0) this rank holds experts [rE/W, (r+1)E/W) and
-    exchanges tokens by all-to-all; then with `aux_scope="group"` (default) `aux_loss` is E * sum_i f_i(global) *
-    P_i(local), whose mean over the group is the loss of all the group's tokens (with equal token counts per rank); with
-    `aux_scope="local"` the counts f_i are this rank's own, so the loss is that of this rank's batch alone (Switch's
-    per-device convention; what `nanolit.train` uses, so a run is the same at any ep). ValueError on bad sizes."""
+    """Mixture-of-experts ReLU^2 MLP, dropless top-k routing (Switch/GShard/Mixtral family): (..., d) -> (..., d)."""
 
     def __init__(
         self,
-        d: int,
-        hidden: int,
-        n_experts: int,
-        top_k: int,
-        renormalize: bool = True,
-        group=None,
-        aux_scope: str = "group",
+        d: int,  # model width
+        hidden: int,  # each expert's hidden width
+        n_experts: int,  # E
+        top_k: int,  # experts per token
+        renormalize: bool = True,  # as in `route`
+        group=None,  # the expert-parallel group (None: all experts here)
+        aux_scope: str = "group",  # "group" or "local": whose counts the aux loss uses
     ):
         super().__init__()
         W = dist.get_world_size(group) if group is not None else 1
@@ -151,10 +159,13 @@ class MoE(nn.Module):
             ep.w_proj.copy_(moe.w_proj[lo : lo + ep.n_local])
         return ep
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x (..., d) -> (..., d) in x's dtype: each token's top-k experts' outputs weighted by the routing weights.
-        Sets `self.aux_loss` (0-D, fp32: the Switch loss, see the class doc) and `self.counts` ((E,) int64 rows per
-        expert, summed over the ep group). Under ep a collective: every rank of `group` must call it."""
+    # Sets `self.aux_loss` (0-D, fp32: the Switch loss, see the class comment) and `self.counts` ((E,) int64 rows per
+    # expert, summed over the ep group). Under ep a collective: every rank of `group` must call it.
+    def forward(
+        self,
+        x: Tensor,  # (..., d)
+    ) -> Tensor:
+        """(..., d) in x's dtype: each token's top-k experts' outputs weighted by the routing weights."""
         shape, x = x.shape, x.reshape(-1, x.size(-1))
         N, k, E = x.size(0), self.top_k, self.n_experts
         rdt = torch.promote_types(x.dtype, torch.float32)  # the router runs in fp32 (fp64 if x is fp64)
@@ -197,19 +208,17 @@ class MoE(nn.Module):
         return all_to_all(yr, recv_splits, send_splits, g), gcounts
 
 # %% ../../nbs/06e_expert_parallel.ipynb #85faccbb
+# New layers are built on the device of the old MLP and initialised by `MoE.init_weights`.
 def moeify(
-    model: nn.Module,
-    n_experts: int,
-    top_k: int,
-    hidden: int | None = None,
-    renormalize: bool = True,
-    group=None,
-    aux_scope: str = "group",
+    model: nn.Module,  # modified in place
+    n_experts: int,  # experts per layer
+    top_k: int,  # experts per token
+    hidden: int | None = None,  # expert hidden width (default 4 * n_embd)
+    renormalize: bool = True,  # as in `route`
+    group=None,  # if given, expert parallelism over it
+    aux_scope: str = "group",  # see `MoE`
 ) -> nn.Module:
-    """Replace `block.mlp` of every block in `model.blocks` by a `MoE` (hidden width `hidden`, default 4 * n_embd) with
-    n_experts experts, top_k routing, `aux_scope` (see `MoE`) and, if `group` is given, expert parallelism over it. New
-    layers are built on the device of the old MLP and initialised by `MoE.init_weights`. Returns the model (modified in
-    place)."""
+    """Replace `block.mlp` of every block in `model.blocks` by a `MoE`; returns the model."""
     for b in model.blocks:
         d = b.mlp.c_fc.weight.size(1)
         dev = b.mlp.c_fc.weight.device

@@ -61,10 +61,12 @@ _DTYPES = {
 }  # fp64: for tests
 
 
-def detect_compute_dtype(device_type: str | None = None) -> torch.dtype:
-    """The torch.dtype for matmuls and activations on `device_type` (default: autodetected): `$NANOLIT_DTYPE` if set
-    (fp32/bf16/fp16/fp64 or their long names), bf16 on CUDA with compute capability >= 8.0 (Ampere+), else fp32.
-    ValueError for an unknown `$NANOLIT_DTYPE`."""
+# `$NANOLIT_DTYPE` if set (fp32/bf16/fp16/fp64 or their long names; ValueError if unknown), bf16 on CUDA with compute
+# capability >= 8.0 (Ampere+), else fp32.
+def detect_compute_dtype(
+    device_type: str | None = None,  # default: autodetected
+) -> torch.dtype:
+    """The torch.dtype for matmuls and activations on `device_type`."""
     env = os.environ.get("NANOLIT_DTYPE")
     if env:
         if env not in _DTYPES:
@@ -107,10 +109,10 @@ def backend_for(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
+# Idempotent; the backend comes from `backend_for`. Torch raises if the rendezvous (`MASTER_ADDR`/`MASTER_PORT`)
+# fails. See https://pytorch.org/docs/stable/elastic/run.html.
 def dist_init() -> DistInfo:
-    """Initialise the default process group when launched by torchrun (idempotent; backend from `backend_for`) and
-    set the CUDA device to `LOCAL_RANK`. Returns this rank's `DistInfo`. Torch raises if the rendezvous
-    (`MASTER_ADDR`/`MASTER_PORT`) fails. See https://pytorch.org/docs/stable/elastic/run.html."""
+    """Initialise the process group under torchrun, set the CUDA device to `LOCAL_RANK`; this rank's `DistInfo`."""
     info = get_dist_info()
     if info.device.type == "cuda":
         torch.cuda.set_device(info.device)
@@ -364,10 +366,12 @@ def cpu_peak_flops(n_cores: int | None = None, ghz: float | None = None) -> floa
     return n_cores * ghz * 1e9 * 2 * lanes * 2
 
 
-def get_peak_flops(device: torch.device | str | None = None) -> float:
-    """Peak FLOP/s (float) of `device`: `$NANOLIT_PEAK_FLOPS` if set, else the `PEAK_FLOPS_BF16` entry matching the
-    GPU's name (vendor datasheets, dense bf16), or `cpu_peak_flops()` for a CPU. Unknown GPUs and MPS give `inf`
-    (so MFU reads 0). ValueError if `$NANOLIT_PEAK_FLOPS` is not a number."""
+# `$NANOLIT_PEAK_FLOPS` if set (ValueError if not a number), else the `PEAK_FLOPS_BF16` entry matching the GPU's name
+# (vendor datasheets, dense bf16), or `cpu_peak_flops()` for a CPU. Unknown GPUs and MPS give `inf` (so MFU reads 0).
+def get_peak_flops(
+    device: torch.device | str | None = None,  # default: `autodetect_device_type()`
+) -> float:
+    """Peak FLOP/s (float) of `device`."""
     if os.environ.get("NANOLIT_PEAK_FLOPS"):
         return float(os.environ["NANOLIT_PEAK_FLOPS"])
     device = torch.device(device or autodetect_device_type())

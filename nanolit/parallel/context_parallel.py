@@ -43,10 +43,15 @@ def cp_positions(T: int, rank: int, W: int, device=None) -> Tensor:
     return torch.cat([torch.arange(i * c, (i + 1) * c, device=device) for i in cp_chunks(rank, W)])
 
 
-def cp_shard(x: Tensor, rank: int, W: int, dim: int = 1, pad_value=0) -> Tensor:
-    """This rank's head-tail share of `x` along `dim`: x (..., T, ...) -> (..., T_p/W, ...), T_p = `cp_padded_len(T,
-    W)`, the sequence padded at the end with `pad_value` (use -1 for targets, so the loss ignores padding). Same
-    dtype."""
+# T_p = `cp_padded_len(T, W)`: the sequence is padded at the end with `pad_value`. Same dtype as `x`.
+def cp_shard(
+    x: Tensor,  # (..., T, ...)
+    rank: int,  # this cp rank
+    W: int,  # cp ranks
+    dim: int = 1,  # the sequence dim
+    pad_value=0,  # use -1 for targets, so the loss ignores padding
+) -> Tensor:
+    """This rank's head-tail share of `x` along `dim`: (..., T, ...) -> (..., T_p/W, ...)."""
     T = x.size(dim)
     pad = cp_padded_len(T, W) - T
     if pad:
@@ -172,12 +177,16 @@ class _RingAttention(torch.autograd.Function):
         return dq.to(q.dtype), buf[2].to(k.dtype), buf[3].to(v.dtype), None, None
 
 
-def ring_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None, group=None) -> Tensor:
-    """Causal (optionally sliding-window) attention over a sequence split across the ranks of `group` (the cp group;
-    None = one rank) in the head-tail layout of `cp_shard`. q: (B, Tl, Hq, D), k, v: (B, Tl, Hkv, D): this rank's rows,
-    Tl = T_p / W even. Query at global position p sees keys p-w < j <= p, as `nanolit.attention.attention`.
-    Returns (B, Tl, Hq, D) in q's dtype; differentiable (backward by a second ring pass). Ring attention: Liu et al.
-    2023."""
+# Ring attention: Liu et al. 2023. The head-tail layout is `cp_shard`'s; Tl = T_p / W must be even. A query at global
+# position p sees keys p-w < j <= p, as in `nanolit.attention.attention`. Backward is a second ring pass.
+def ring_attention(
+    q: Tensor,  # (B, Tl, Hq, D): this rank's rows
+    k: Tensor,  # (B, Tl, Hkv, D)
+    v: Tensor,  # (B, Tl, Hkv, D)
+    window: int | None = None,  # sliding window w (None: full causal)
+    group=None,  # the cp group (None = one rank)
+) -> Tensor:
+    """Causal (optionally windowed) attention over a sequence split across `group`; (B, Tl, Hq, D) in q's dtype."""
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4 or q.shape[:2] != k.shape[:2] or q.size(3) != k.size(3):
         raise ValueError(
             f"need q (B,T,Hq,D) and k, v (B,T,Hkv,D) on the same rows; got {tuple(q.shape)}, {tuple(k.shape)}, "
@@ -195,12 +204,17 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None = None, g
     return o.transpose(1, 2)
 
 # %% ../../nbs/06f_context_parallel.ipynb #de07e01b
+# Inside, `model(cp_shard(idx, r, W), cp_shard(targets, r, W, pad_value=-1), loss_reduction="sum")` gives this rank's
+# part of the summed loss.
 class context_parallel:
-    """Context manager: run `model` (a nanolit GPT) on this rank's `cp_shard` of a length-T sequence with ring attention
-    over `group`. Inside, `model(cp_shard(idx, r, W), cp_shard(targets, r, W, pad_value=-1), loss_reduction="sum")`
-    gives this rank's part of the summed loss. Needs T_p = `cp_padded_len(T, W)` <= model.config.sequence_len."""
+    """Context manager: run `model` on this rank's `cp_shard` of a length-T sequence, ring attention over `group`."""
 
-    def __init__(self, model, T: int, group=None):
+    def __init__(
+        self,
+        model,  # a nanolit GPT
+        T: int,  # sequence length; T_p = `cp_padded_len(T, W)` <= model.config.sequence_len, else ValueError
+        group=None,  # the cp group
+    ):
         self.model, self.T, self.group = model, T, group
         self.W, self.r = (dist.get_world_size(group), dist.get_rank(group)) if group is not None else (1, 0)
         if cp_padded_len(T, self.W) > model.cos.size(0):

@@ -30,10 +30,17 @@ __all__ = ['MESH_DIMS', 'mesh_sizes', 'rank_grid', 'rank_coords', 'group_members
 MESH_DIMS = ("pp", "dp", "ep", "cp", "tp")  # outermost -> innermost
 
 
-def mesh_sizes(world_size: int, pp: int = 1, dp: int = -1, ep: int = 1, cp: int = 1, tp: int = 1) -> dict[str, int]:
-    """Sizes of every mesh dim as {"pp", "dp", "ep", "cp", "tp"} -> int (ranks); `dp=-1` takes what is left of
-    `world_size`. Raises ValueError if a size is < 1, if `world_size` is not divisible by pp*ep*cp*tp, or if the product
-    is not `world_size`. (Axis order as in Megatron-LM / torchtitan.)"""
+# Axis order as in Megatron-LM / torchtitan. ValueError if a size is < 1, if `world_size` is not divisible by
+# pp*ep*cp*tp, or if the product is not `world_size`.
+def mesh_sizes(
+    world_size: int,  # ranks in all
+    pp: int = 1,  # pipeline-parallel ranks
+    dp: int = -1,  # data-parallel ranks (-1: what is left of `world_size`)
+    ep: int = 1,  # expert-parallel ranks
+    cp: int = 1,  # context-parallel ranks
+    tp: int = 1,  # tensor-parallel ranks
+) -> dict[str, int]:
+    """Sizes of every mesh dim as {"pp", "dp", "ep", "cp", "tp"} -> int (ranks)."""
     fixed = pp * ep * cp * tp
     if min(pp, ep, cp, tp) < 1:
         raise ValueError("mesh sizes must be >= 1 (dp may be -1 to infer)")
@@ -112,10 +119,17 @@ class Mesh:
         return f"Mesh({s}; rank {self.rank} at {self.coords})"
 
 
-def init_mesh(pp: int = 1, dp: int = -1, ep: int = 1, cp: int = 1, tp: int = 1, device_type: str | None = None) -> Mesh:
-    """Build the `Mesh` over all ranks of the default process group (or the one-process mesh), with one torch
-    `DeviceMesh` dimension per dim of size > 1. Call after `dist_init()`. ValueError from `mesh_sizes` if the sizes do
-    not multiply to the world size; RuntimeError if world size > 1 but no process group is initialised."""
+# One torch `DeviceMesh` dimension per dim of size > 1. Call after `dist_init()`. ValueError from `mesh_sizes` if the
+# sizes do not multiply to the world size; RuntimeError if world size > 1 but no process group is initialised.
+def init_mesh(
+    pp: int = 1,  # pipeline-parallel ranks
+    dp: int = -1,  # data-parallel ranks (-1: the rest)
+    ep: int = 1,  # expert-parallel ranks
+    cp: int = 1,  # context-parallel ranks
+    tp: int = 1,  # tensor-parallel ranks
+    device_type: str | None = None,  # of the DeviceMesh (default: autodetected)
+) -> Mesh:
+    """Build the `Mesh` over all ranks of the default process group (or the one-process mesh)."""
     device_type = device_type or autodetect_device_type()
     world, rank = get_world_size(), get_rank()
     sizes = mesh_sizes(world, pp=pp, dp=dp, ep=ep, cp=cp, tp=tp)
@@ -154,10 +168,17 @@ def _worker(fn, rank, world_size, tmp, args, kwargs, backend):
         os._exit(code)
 
 
-def run_distributed(fn, world_size: int, *args, timeout: float = 120, backend: str = "gloo", **kwargs) -> list:
-    """Run `fn(*args, **kwargs)` on `world_size` forked ranks with an initialised process group (gloo on CPU);
-    return the list of per-rank return values (saved with `torch.save`, so tensors are fine).
-    Raises RuntimeError with the failing rank's traceback, TimeoutError after `timeout` seconds (all ranks killed)."""
+# Return values are saved with `torch.save`, so tensors are fine. RuntimeError with the failing rank's traceback,
+# TimeoutError after `timeout` seconds (all ranks killed).
+def run_distributed(
+    fn,  # run as `fn(*args, **kwargs)` on every rank
+    world_size: int,  # forked ranks
+    *args,
+    timeout: float = 120,  # seconds before all ranks are killed
+    backend: str = "gloo",  # the process group's backend (gloo on CPU)
+    **kwargs,
+) -> list:
+    """Run `fn` on `world_size` forked ranks with an initialised process group; the list of per-rank return values."""
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="nanolit_dist_") as tmp:
         procs = [

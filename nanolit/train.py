@@ -187,22 +187,23 @@ def validate_config(
 MEMORY_REFUSE_FACTOR = 1.25  # refuse a run whose estimate exceeds the device memory by more than this; warn above 1
 
 
+# Measured against traced CPU steps (see the test): N = B*T positions, N*d*(n_layer*(20, or 6+14/tp, or 20/tp with
+# sp) + 3)*bytes_per_el + 12*N, plus the loss: 20*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N,
+# loss_chunk_rows, default LOSS_CHUNK_BYTES // (4 V))), or 16*N*V/tp with the full logits of the tp / pp heads
+# (`chunked_loss=False`).
 def activation_bytes(
-    n_layer: int,
-    n_embd: int,
-    vocab_size: int,
-    B: int,
-    T: int,
-    bytes_per_el: int = 2,
-    tp: int = 1,
-    sp: bool = False,
-    chunked_loss: bool = True,
-    loss_chunk_rows: int | None = None,
+    n_layer: int,  # layers (this rank's)
+    n_embd: int,  # d
+    vocab_size: int,  # V
+    B: int,  # rows per micro-step
+    T: int,  # tokens per row
+    bytes_per_el: int = 2,  # the compute dtype's size
+    tp: int = 1,  # tensor-parallel ranks
+    sp: bool = False,  # sequence parallel
+    chunked_loss: bool = True,  # the model's `chunked_lm_loss` (False: full logits)
+    loss_chunk_rows: int | None = None,  # rows per loss chunk
 ) -> int:
-    """Estimated peak bytes of one micro-step's activations per rank (forward and backward), measured against traced
-    CPU steps (see the test): N = B*T positions, N*d*(n_layer*(20, or 6+14/tp, or 20/tp with sp) + 3)*bytes_per_el +
-    12*N, plus the loss: 20*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N, loss_chunk_rows, default
-    LOSS_CHUNK_BYTES // (4 V))), or 16*N*V/tp with the full logits of the tp / pp heads (`chunked_loss=False`)."""
+    """Estimated peak bytes of one micro-step's activations per rank (forward and backward)."""
     N = B * T
     per = 20 / tp if sp else 6 + 14 / tp
     saved = N * n_embd * (n_layer * per + 3) * bytes_per_el + 12 * N
@@ -212,13 +213,17 @@ def activation_bytes(
     return int(saved + 16 * N * vocab_size / tp)
 
 
+# fp32 weights and gradients (8 bytes a parameter, / param_shards under FSDP2), Muon momentum (4, matrices) and AdamW
+# moments (8, the rest) / optim_shards (ZeRO-1, FSDP2), and the compute-dtype copies of the matmul weights kept for
+# backward when bytes_per_el < 4; all / model_shards (tp x pp).
 def train_state_bytes(
-    param_groups: dict, bytes_per_el: int = 2, model_shards: int = 1, optim_shards: int = 1, param_shards: int = 1
+    param_groups: dict,  # {"matrix", "embedding", "lm_head", "scalar"} -> parameters (meta tensors are fine)
+    bytes_per_el: int = 2,  # the compute dtype's size
+    model_shards: int = 1,  # tp x pp
+    optim_shards: int = 1,  # optimizer-state shards (ZeRO-1, FSDP2)
+    param_shards: int = 1,  # weight and gradient shards (FSDP2)
 ) -> int:
-    """Bytes per rank of the training state of a model with `param_groups` ({"matrix", "embedding", "lm_head",
-    "scalar"} -> parameters; meta tensors are fine): fp32 weights and gradients (8 bytes a parameter, / param_shards
-    under FSDP2), Muon momentum (4, matrices) and AdamW moments (8, the rest) / optim_shards (ZeRO-1, FSDP2), and the
-    compute-dtype copies of the matmul weights kept for backward when bytes_per_el < 4; all / model_shards (tp x pp)."""
+    """Bytes per rank of the training state (weights, gradients, optimizer state) of a model with `param_groups`."""
     n = {k: sum(p.numel() for p in ps) for k, ps in param_groups.items()}
     total, muon = sum(n.values()), n.get("matrix", 0)
     copies = (muon + n.get("lm_head", 0)) * bytes_per_el if bytes_per_el < 4 else 0
@@ -256,11 +261,16 @@ def check_memory(need: float, have: float, what: str) -> str | None:
     return None
 
 
-def train_memory_bytes(cfg: TrainConfig, vocab_size: int, dp_size: int = 1, bytes_per_el: int | None = None) -> int:
-    """Estimated peak memory per rank (bytes) of pretraining with `cfg` and a `vocab_size` tokenizer on `dp_size`
-    data-parallel ranks: `activation_bytes` of one micro-step (this rank's layers under pp, its sequence share under
-    cp) plus `train_state_bytes` (sharded by tp x pp, and by dp under ZeRO-1 / FSDP2). `bytes_per_el`: the compute
-    dtype's size (default `COMPUTE_DTYPE`'s: 2 for bf16 on GPUs). Nothing is allocated (the model is built on meta)."""
+# `activation_bytes` of one micro-step (this rank's layers under pp, its sequence share under cp) plus
+# `train_state_bytes` (sharded by tp x pp, and by dp under ZeRO-1 / FSDP2). Nothing is allocated (the model is built
+# on meta).
+def train_memory_bytes(
+    cfg: TrainConfig,  # the pretraining config
+    vocab_size: int,  # the tokenizer's
+    dp_size: int = 1,  # data-parallel ranks
+    bytes_per_el: int | None = None,  # the compute dtype's size (default `COMPUTE_DTYPE`'s: 2 for bf16 on GPUs)
+) -> int:
+    """Estimated peak memory per rank (bytes) of pretraining with `cfg` on `dp_size` data-parallel ranks."""
     gcfg = GPTConfig.from_depth(
         cfg.depth,
         vocab_size=vocab_size,

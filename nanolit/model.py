@@ -390,12 +390,11 @@ def build_model(config: GPTConfig, device: torch.device | str) -> GPT:
     return model
 
 # %% ../nbs/04_model.ipynb #d6e54224
+# 'matrix' holds the 2-D hidden weights, and 3-D stacks of expert matrices after MoE; 'embedding' wte and the value
+# embeddings.
 @patch
 def param_groups(self: GPT) -> dict[str, list[nn.Parameter]]:
-    """Parameters by optimizer treatment: 'matrix' (hidden weights), 'embedding', 'lm_head', 'scalar' (0-/1-D).
-
-    'matrix' holds the 2-D hidden weights, and 3-D stacks of expert matrices after MoE; 'embedding' wte and the value
-    embeddings."""
+    """Parameters by optimizer treatment: 'matrix' (hidden weights), 'embedding', 'lm_head', 'scalar' (0-/1-D)."""
     return dict(
         matrix=[p for b in self.blocks for p in b.parameters() if p.ndim >= 2],
         embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],

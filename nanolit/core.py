@@ -371,7 +371,7 @@ def cpu_peak_flops(n_cores: int | None = None, ghz: float | None = None) -> floa
 def get_peak_flops(
     device: torch.device | str | None = None,  # default: `autodetect_device_type()`
 ) -> float:
-    """Peak FLOP/s (float) of `device`."""
+    """Peak FLOP/s (float) of `device`: an override, the datasheet table, or a CPU estimate."""
     if os.environ.get("NANOLIT_PEAK_FLOPS"):
         return float(os.environ["NANOLIT_PEAK_FLOPS"])
     device = torch.device(device or autodetect_device_type())

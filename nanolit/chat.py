@@ -753,8 +753,8 @@ def main(
     system: str = None,  # optional system prompt
     web: bool = False,  # serve the web page instead of the terminal chat
     host: str = "127.0.0.1",  # web: address to bind
-    port: int = 8000,
-):  # web: port
+    port: int = 8000,  # port of the web page (with --web)
+):
     "Chat with a trained nanolit model in the terminal (multi-turn, streaming) or, with --web, in the browser."
     # check the options before the (slow) model load; the web page's own limits apply to its defaults too
     bad = (
@@ -762,13 +762,16 @@ def main(
         + ([f"--top-k must be >= 0, got {top_k}"] if top_k is not None and top_k < 0 else [])
         + ([f"--max-tokens must be in [1, 1024], got {max_tokens}"] if not 1 <= max_tokens <= 1024 else [])
         + ([f"--stage must be one of {sorted(STAGE_COMMANDS)}, got {stage!r}"] if stage not in STAGE_COMMANDS else [])
+        + ([f"--port must be in [1, 65535], got {port}"] if web and not 1 <= port <= 65535 else [])
     )
     if bad:
-        raise SystemExit("error: " + "; ".join(bad))
+        print("error: " + "; ".join(bad), file=sys.stderr)
+        raise SystemExit(2)  # a user error: status 2, as every nanolit command
     try:
         model, tok, meta = load_model(stage, tag, step, device)
     except (FileNotFoundError, ValueError) as e:  # a user error: one line, not a traceback
-        raise SystemExit(f"error: {e} (checkpoints are read from $NANOLIT_BASE_DIR = {get_base_dir()})") from None
+        print(f"error: {e} (checkpoints are read from $NANOLIT_BASE_DIR = {get_base_dir()})", file=sys.stderr)
+        raise SystemExit(2) from None
     if web:
         return serve(model, tok, host, port, defaults=dict(temperature=temperature, top_k=top_k, max_tokens=max_tokens))
     session = ChatSession(

@@ -631,6 +631,9 @@ def train_tokenizer(
     overwrite: bool = False,  # replace a tokenizer in `out_dir` that has another vocab size (else FileExistsError)
 ) -> Tokenizer:
     "Train on the corpus train split (or `input`), save, print time and val compression; keep one already there."
+    for name, v in (("max_chars", max_chars), ("doc_cap", doc_cap)):
+        if not isinstance(v, int) or v < 1:  # 0 characters would save a tokenizer of the 256 bytes alone
+            raise ValueError(f"--{name.replace('_', '-')} must be an int >= 1, got {v!r}")
     data_dir = Path(data_dir) if data_dir is not None else get_base_dir() / "data"
     out_dir = Path(out_dir) if out_dir is not None else get_base_dir() / "tokenizer"
     if (out_dir / "tokenizer.json").exists() and not overwrite:

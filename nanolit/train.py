@@ -49,13 +49,13 @@ class TrainConfig(OptimConfig, RunConfig):
 
     depth: int = 4  # the one dial: model size (GPTConfig.from_depth)
     aspect_ratio: int = 64  # model width = depth * aspect_ratio (rounded to head_dim)
-    head_dim: int = 64
+    head_dim: int = 64  # channels per attention head
     window_pattern: str = "SSSL"  # S = short (sliding) window, L = full context, tiled over layers
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
-    warmup_steps: int = 0
-    final_lr_frac: float = 0.0
+    warmup_steps: int = 0  # steps of linear learning-rate warmup from 0
+    final_lr_frac: float = 0.0  # learning rate at the end of the warmdown, as a fraction of the peak
     grad_clip: float = 0.0  # clip the global grad norm (after sync); 0 = off
     dp_mode: Literal[DP_MODES] = "naive"  # data parallel rung (06b)
     tp: int = 1  # tensor-parallel size (06c): every matrix split over tp ranks; dp = world / tp (naive dp only)

@@ -19,8 +19,8 @@ from .core import COMPUTE_DTYPE
 # %% auto #0
 __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'adamw_update_',
            'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'muon_step_', 'MuonAdamW',
-           'OptimConfig', 'check_param_groups', 'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier',
-           'muon_momentum', 'apply_lr', 'apply_muon_momentum']
+           'muon_hparams', 'OptimConfig', 'check_param_groups', 'build_optimizer', 'warmup_warmdown_steps',
+           'lr_multiplier', 'muon_momentum', 'apply_lr', 'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
@@ -273,6 +273,13 @@ def add_param_group(
     torch.optim.Optimizer.add_param_group(self, group)
 
 # %% ../nbs/05_optim.ipynb #cf3df474
+def muon_hparams(
+    group: dict,  # a Muon param group of `MuonAdamW` (or of a sharded twin such as 06b's ZeroMuonAdamW)
+) -> dict:
+    "The keyword arguments of `muon_step_` that a Muon group holds (lr, momentum, weight decay, Newton-Schulz)."
+    return {k: group[k] for k in ("lr", "momentum", "weight_decay", "nesterov", "ns_steps", "method")}
+
+
 @patch
 @torch.no_grad()
 def step(
@@ -291,17 +298,7 @@ def step(
         for p in group["params"]:
             if p.grad is None:
                 continue
-            self.muon_step_fn(p)(
-                p,
-                p.grad,
-                self.state[p],
-                lr=group["lr"],
-                momentum=group["momentum"],
-                weight_decay=group["weight_decay"],
-                nesterov=group["nesterov"],
-                ns_steps=group["ns_steps"],
-                method=group["method"],
-            )
+            self.muon_step_fn(p)(p, p.grad, self.state[p], **muon_hparams(group))
     return loss
 
 # %% ../nbs/05_optim.ipynb #4e2dcd49

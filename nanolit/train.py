@@ -36,8 +36,8 @@ from .run import Run, RunConfig, check_resume
 # %% auto #0
 __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'SAMPLE_PROMPTS', 'main',
            'TrainConfig', 'check_values', 'check_layout', 'microbatches', 'validate_config', 'activation_bytes',
-           'train_state_bytes', 'device_memory_bytes', 'check_memory', 'train_memory_bytes', 'grad_accum_steps',
-           'horizon', 'mfu', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'model_config',
+           'train_state_bytes', 'device_memory_bytes', 'check_memory', 'model_config', 'train_memory_bytes',
+           'grad_accum_steps', 'horizon', 'mfu', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup',
            'build_train_model', 'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective',
            'micro_steps', 'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training',
            'finish_training', 'train_sample', 'train']
@@ -264,14 +264,12 @@ def check_memory(need: float, have: float, what: str) -> str | None:
 # `activation_bytes` of one micro-step (this rank's layers under pp, its sequence share under cp) plus
 # `train_state_bytes` (sharded by tp x pp, and by dp under ZeRO-1 / FSDP2). Nothing is allocated (the model is built
 # on meta).
-def train_memory_bytes(
-    cfg: TrainConfig,  # the pretraining config
+def model_config(
+    cfg: TrainConfig,  # the run's config
     vocab_size: int,  # the tokenizer's
-    dp_size: int = 1,  # data-parallel ranks
-    bytes_per_el: int | None = None,  # the compute dtype's size (default `COMPUTE_DTYPE`'s: 2 for bf16 on GPUs)
-) -> int:
-    """Estimated peak memory per rank (bytes) of pretraining with `cfg` on `dp_size` data-parallel ranks."""
-    gcfg = GPTConfig.from_depth(
+) -> GPTConfig:
+    "The model of `cfg` (`GPTConfig.from_depth`, the one dial)."
+    return GPTConfig.from_depth(
         cfg.depth,
         vocab_size=vocab_size,
         sequence_len=cfg.sequence_len,
@@ -279,6 +277,16 @@ def train_memory_bytes(
         head_dim=cfg.head_dim,
         window_pattern=cfg.window_pattern,
     )
+
+
+def train_memory_bytes(
+    cfg: TrainConfig,  # the pretraining config
+    vocab_size: int,  # the tokenizer's
+    dp_size: int = 1,  # data-parallel ranks
+    bytes_per_el: int | None = None,  # the compute dtype's size (default `COMPUTE_DTYPE`'s: 2 for bf16 on GPUs)
+) -> int:
+    """Estimated peak memory per rank (bytes) of pretraining with `cfg` on `dp_size` data-parallel ranks."""
+    gcfg = model_config(cfg, vocab_size)
     bytes_el = bytes_per_el or torch.finfo(COMPUTE_DTYPE).bits // 8
     with torch.device("meta"):
         shapes = GPT(gcfg)
@@ -397,21 +405,6 @@ class TrainSetup:
     num_steps: int  # the horizon
     n_slots: int  # data shards: data ranks x accum
     loaders: list  # this rank's train loaders, one per micro-step
-
-
-def model_config(
-    cfg: TrainConfig,  # the run's config
-    vocab_size: int,  # the tokenizer's
-) -> GPTConfig:
-    "The model of `cfg` (`GPTConfig.from_depth`, the one dial)."
-    return GPTConfig.from_depth(
-        cfg.depth,
-        vocab_size=vocab_size,
-        sequence_len=cfg.sequence_len,
-        aspect_ratio=cfg.aspect_ratio,
-        head_dim=cfg.head_dim,
-        window_pattern=cfg.window_pattern,
-    )
 
 
 def build_train_model(

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from fastcore.basics import patch
 from torch import Tensor, nn
 
-from ..optim import MuonAdamW, adamw_update_, muon_step_
+from ..optim import MuonAdamW, adamw_update_, muon_hparams, muon_step_
 from .mesh import Layout, Mesh
 
 # %% auto #0
@@ -380,12 +380,7 @@ class ZeroMuonAdamW:
                         p_shard[a : a + p.numel()].view_as(p),
                         gs[a : a + p.numel()].view_as(p),
                         self.state[gi].setdefault(i, {}),
-                        lr=g["lr"],
-                        momentum=g["momentum"],
-                        weight_decay=g["weight_decay"],
-                        nesterov=g["nesterov"],
-                        ns_steps=g["ns_steps"],
-                        method=g["method"],
+                        **muon_hparams(g),
                     )
             if self.world > 1:
                 full = torch.empty(self.world * S, dtype=gs.dtype, device=gs.device)

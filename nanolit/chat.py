@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect
 from fastcore.basics import patch
 from fastcore.script import call_parse
 
-from .core import get_base_dir
+from .core import get_base_dir, parse_device
 from .tokenizer import Tokenizer
 from .checkpoint import STAGE_COMMANDS, load_model
 from .engine import Engine
@@ -764,6 +764,10 @@ def main(
         + ([f"--stage must be one of {sorted(STAGE_COMMANDS)}, got {stage!r}"] if stage not in STAGE_COMMANDS else [])
         + ([f"--port must be in [1, 65535], got {port}"] if web and not 1 <= port <= 65535 else [])
     )
+    try:
+        device = parse_device(device) if device is not None else None
+    except ValueError as e:
+        bad.append(str(e))
     if bad:
         print("error: " + "; ".join(bad), file=sys.stderr)
         raise SystemExit(2)  # a user error: status 2, as every nanolit command

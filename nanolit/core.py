@@ -27,11 +27,11 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['COMPUTE_DTYPE', 'PEAK_FLOPS_BF16', 'autodetect_device_type', 'detect_compute_dtype', 'DistInfo', 'get_dist_info',
-           'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything',
-           'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit',
-           'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_from_dataclass', 'cpu_peak_flops',
-           'get_peak_flops', 'time_rungs']
+__all__ = ['COMPUTE_DTYPE', 'PEAK_FLOPS_BF16', 'autodetect_device_type', 'parse_device', 'detect_compute_dtype', 'DistInfo',
+           'get_dist_info', 'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0',
+           'seed_everything', 'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json',
+           'get_base_dir', 'git_commit', 'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps',
+           'cli_from_dataclass', 'cpu_peak_flops', 'get_peak_flops', 'time_rungs']
 
 # %% ../nbs/00_core.ipynb #277f8b21
 def autodetect_device_type() -> str:
@@ -47,6 +47,24 @@ def autodetect_device_type() -> str:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"
+
+
+def parse_device(
+    name=None,  # 'cuda', 'cuda:1', 'mps', 'cpu', a torch.device, or None for `autodetect_device_type()`
+) -> torch.device:
+    "The torch.device `name` names; ValueError (one line) for a name torch doesn't know or a device this machine lacks."
+    try:
+        device = torch.device(name or autodetect_device_type())
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {name!r}: use cuda, cuda:N, mps or cpu") from None
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if device.type not in ("cuda", "mps", "cpu"):
+        raise ValueError(f"device {name!r}: nanolit runs on cuda, mps or cpu")
+    if (device.type == "cuda" and not torch.cuda.is_available()) or (device.type == "mps" and not mps):
+        raise ValueError(f"device {name!r} asked for, but this machine has no {device.type} device")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+    return device
 
 # %% ../nbs/00_core.ipynb #b3ddfc72
 _DTYPES = {
@@ -266,11 +284,11 @@ def sample_texts() -> dict[str, str]:
 # %% ../nbs/00_core.ipynb #36566222
 @contextlib.contextmanager
 def exit_on_user_error():
-    "A command's body: a user error (ValueError, FileNotFoundError, FileExistsError) exits 2 with one `error:` line."
+    "A command's body: a user error (bad value, missing/existing file, unreachable URL) exits 2 with one `error:` line."
     # one line on rank 0 only under torchrun, no traceback; NANOLIT_TRACEBACK=1 lets the exception through
     try:
         yield
-    except (ValueError, FileNotFoundError, FileExistsError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, ConnectionError) as e:
         if os.environ.get("NANOLIT_TRACEBACK"):
             raise
         if os.environ.get("RANK", "0") == "0":

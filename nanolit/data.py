@@ -7,6 +7,7 @@ Docs: https://nanolit.github.io/nanolit/data.html.md"""
 # %% ../nbs/02_data.ipynb #46649782
 from __future__ import annotations
 import bisect
+import math
 import gzip
 import hashlib
 import html.parser
@@ -43,8 +44,8 @@ __all__ = ['SOURCES', 'DataLoader', 'main', 'normalize_text', 'write_shards', 'S
            'read_shakespeare', 'read_milton', 'read_austen', 'read_python_doc', 'read_fortunes', 'read_jargon',
            'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source', 'collect_documents', 'split_documents',
            'print_corpus_summary', 'build_corpus', 'sha256_file', 'download_shards', 'list_parquet_files',
-           'CorruptShardError', 'ShardedDocuments', 'iter_documents', 'BOSBestFitLoader', 'loader_fingerprint',
-           'CorpusConfig']
+           'CorruptShardError', 'ShardedDocuments', 'iter_documents', 'NoTails', 'BOSBestFitLoader',
+           'loader_fingerprint', 'HeadTailLoader', 'make_loader', 'CorpusConfig']
 
 # %% ../nbs/02_data.ipynb #62941507
 def normalize_text(text: str) -> str:
@@ -845,7 +846,7 @@ def download_shards(
     val_indices=None,  # default: the last index when several are requested
     session: requests.Session | None = None,
 ) -> list[Path]:  # the local paths in the order of `indices`
-    "Download shards atomically and resumably (valid files are kept); RuntimeError naming the URL if all tries fail."
+    "Download shards atomically and resumably (valid files are kept); ConnectionError naming the URL if all tries fail."
     indices = list(indices)
     if not indices:
         raise ValueError("no shard indices given")
@@ -888,7 +889,7 @@ def download_shards(
                 if attempt + 1 < retries:
                     time.sleep(backoff * 2**attempt)
         if last is not None:
-            raise RuntimeError(f"failed to download {url} after {retries} attempts: {last}") from last
+            raise ConnectionError(f"failed to download {url} after {retries} attempts: {last}") from last
         out.append(dest)
     return out
 
@@ -996,6 +997,10 @@ def iter_documents(
         yield text
 
 # %% ../nbs/02_data.ipynb #8cf154bb
+class NoTails(ValueError):
+    "A `long_docs='tails'` stream found no document longer than a row: there are no tails to serve."
+
+
 class BOSBestFitLoader:
     "Infinite loader of BOS-aligned, best-fit packed `(inputs, targets)` batches (B, T), sharded by rank, resumable."
 
@@ -1013,14 +1018,15 @@ class BOSBestFitLoader:
         tokenizer_batch_size: int = 128,  # documents tokenized per call
         state: dict | None = None,  # a `state_dict()` to resume from (ValueError if its settings differ)
         files=None,  # the shards, instead of the split's in `data_dir`
-        long_docs: str = "split",  # a document longer than T+1 tokens: 'split' into BOS pieces, or 'crop' it
+        long_docs: str = "split",  # a document longer than T+1 tokens: 'split' in BOS pieces, 'crop' it; 'tails': only
+        # the pieces after the first (the tail stream of `HeadTailLoader`)
     ):
         if B < 1 or T < 1:
             raise ValueError(f"B and T must be >= 1, got B={B}, T={T}")
         if buffer_size < 1 or tokenizer_batch_size < 1:
             raise ValueError("buffer_size and tokenizer_batch_size must be >= 1")
-        if long_docs not in ("split", "crop"):
-            raise ValueError(f"long_docs must be 'split' or 'crop', got {long_docs!r}")
+        if long_docs not in ("split", "crop", "tails"):
+            raise ValueError(f"long_docs must be 'split', 'crop' or 'tails', got {long_docs!r}")
         self.tok, self.B, self.T, self.split, self.long_docs = tokenizer, B, T, split, long_docs
         self.device, self.buffer_size, self.tok_batch = torch.device(device), buffer_size, tokenizer_batch_size
         self.bos = tokenizer.bos_token_id
@@ -1033,7 +1039,7 @@ class BOSBestFitLoader:
     # buffer: parallel lists kept sorted by key = (length, arrival seq); _pos holds (doc position, piece index) and
     # _src the document's token list while it has pieces after the buffered one (else None)
     def _reset(self, next_pos, buffered):
-        self._next_pos, self._it = tuple(next_pos), None
+        self._next_pos, self._it, self._idle = tuple(next_pos), None, 0
         self._keys, self._toks, self._pos, self._src, self._seq, self._cseq = [], [], [], [], 0, 0
         if buffered:
             buffered = [(tuple(p[:3]), p[3] if len(p) > 3 else 0) for p in buffered]  # version-1 entries: piece 0
@@ -1059,6 +1065,10 @@ class BOSBestFitLoader:
 def _insert(self: BOSBestFitLoader, pos, j, ids):
     "Buffer piece `j` of the document `ids` (read at `pos`): piece 0 as the newest entry, a continuation as the oldest."
     T = self.T
+    if self.long_docs == "tails" and j == 0:
+        if len(ids) <= T + 1:
+            return False  # no piece after the first: nothing of it goes to the tail stream
+        j = 1  # a continuation: tails queue first in, first out, so a book's next piece waits for the whole buffer
     if self.long_docs == "crop":
         piece, more = ids[: T + 1], False
     else:
@@ -1077,6 +1087,7 @@ def _insert(self: BOSBestFitLoader, pos, j, ids):
     self._toks.insert(i, piece)
     self._pos.insert(i, (pos, j))
     self._src.insert(i, ids if more else None)
+    return True
 
 
 @patch
@@ -1101,7 +1112,11 @@ def _refill(self: BOSBestFitLoader):
         batch = [next(self._it) for _ in range(n)]
         self._next_pos = self.docs.next_pos(batch[-1][0])
         for (pos, _), ids in zip(batch, self._encode([t for _, t in batch])):
-            self._insert(pos, 0, ids)
+            self._idle = 0 if self._insert(pos, 0, ids) else self._idle + 1
+        if self._idle > sum(
+            u[2] for u in self.docs.units
+        ):  # a whole pass of the stream added nothing: only `tails` can get here
+            raise NoTails(f"no document of {self.docs.files[0].parent} is longer than a row ({self.T + 1} tokens)")
 
 
 @patch
@@ -1177,12 +1192,12 @@ def load_state_dict(
 ) -> None:
     """Restore a `state_dict()`: the next batches are exactly those the saved loader would have produced."""
     ours = dict(
+        long_docs=self.long_docs,  # first: a `HeadTailLoader` state differs here before anywhere else
         split=self.split,
         rank=self.docs.rank,
         world_size=self.docs.world_size,
         T=self.T,
         buffer_size=self.buffer_size,
-        long_docs=self.long_docs,
     )
     if "long_docs" not in state:
         ours.pop("long_docs")
@@ -1198,6 +1213,109 @@ DataLoader = BOSBestFitLoader  # the short name
 def loader_fingerprint(batches) -> list:
     "Batches `(inputs, targets)` as nested lists `[[x.tolist(), y.tolist()], ...]`, to compare loaders across runs."
     return [[x.tolist(), y.tolist()] for x, y in batches]
+
+# %% ../nbs/02_data.ipynb #2338ef59
+class HeadTailLoader:
+    "`long_docs='mix'`: best-fit rows of document heads (cropped), and a fixed share of rows of their tails, resumable."
+
+    def __init__(
+        self,
+        tokenizer,  # as `BOSBestFitLoader`
+        B: int,
+        T: int,
+        split: str = "train",
+        rank: int = 0,
+        world_size: int = 1,
+        device="cpu",
+        data_dir=None,
+        buffer_size: int = 1000,  # each stream's buffer
+        tokenizer_batch_size: int = 128,
+        state: dict | None = None,  # a `state_dict()` to resume from
+        files=None,
+        tail_share: float = 0.5,  # fraction of rows cut from tails (0: crop; the corpus' own tail share: ~split)
+    ):
+        if not 0 <= tail_share < 1:
+            raise ValueError(f"tail_share must be in [0, 1), got {tail_share}")
+        kw = dict(split=split, rank=rank, world_size=world_size, device=device, data_dir=data_dir, files=files)
+        kw.update(buffer_size=buffer_size, tokenizer_batch_size=tokenizer_batch_size)
+        self.heads = BOSBestFitLoader(tokenizer, B, T, long_docs="crop", **kw)
+        self.tails = BOSBestFitLoader(tokenizer, B, T, long_docs="tails", **kw)
+        self.B, self.T, self.device, self.tail_share = B, T, self.heads.device, tail_share
+        self.split, self.docs, self.long_docs = split, self.heads.docs, "mix"
+        self.rows, self.no_tails = 0, False
+        if state is not None:
+            self.load_state_dict(state)
+
+    def is_tail_row(self, r: int) -> bool:
+        "Whether row `r` comes from the tails: rows floor(k / share) are, so any window of rows has the share +-1."
+        s = self.tail_share
+        return math.floor((r + 1) * s) > math.floor(r * s)
+
+    def _row(self) -> list[int]:
+        "The next row, from the stream `is_tail_row` names (the heads, if the corpus has no document longer than it)."
+        use_tails = self.is_tail_row(self.rows) and not self.no_tails
+        self.rows += 1
+        if use_tails:
+            try:
+                return self.tails._row()
+            except NoTails:
+                self.no_tails = True
+                print0(
+                    f"long_docs='mix': no document is longer than a row ({self.T + 1} tokens), so every row is a head"
+                )
+        return self.heads._row()
+
+    __iter__, __next__ = BOSBestFitLoader.__iter__, BOSBestFitLoader.__next__
+
+    @property
+    def epoch(self) -> int:
+        "The tail stream's epoch (every token of the corpus once per epoch); the heads' if there are no tails."
+        return self.heads.epoch if self.no_tails else self.tails.epoch
+
+    @property
+    def stats(self) -> dict:
+        "Both streams' counters, added."
+        return {k: self.heads.stats[k] + self.tails.stats[k] for k in self.heads.stats}
+
+    def state_dict(self) -> dict:
+        "Both streams' states, the rows served and the share (JSON-able)."
+        return dict(
+            version=3,
+            long_docs="mix",
+            tail_share=self.tail_share,
+            rows=self.rows,
+            no_tails=self.no_tails,
+            heads=self.heads.state_dict(),
+            tails=self.tails.state_dict(),
+        )
+
+    def load_state_dict(self, state: dict) -> None:
+        "Restore a `state_dict()`; ValueError if it is not a 'mix' state of the same share (and stream settings)."
+        if state.get("long_docs") != "mix" or state.get("tail_share") != self.tail_share:
+            got = f"long_docs={state.get('long_docs')!r}, tail_share={state.get('tail_share')!r}"
+            raise ValueError(
+                f"loader state has {got} but this loader has long_docs='mix', tail_share={self.tail_share}"
+            )
+        self.heads.load_state_dict(state["heads"])
+        self.tails.load_state_dict(state["tails"])
+        self.rows, self.no_tails = state["rows"], state["no_tails"]
+
+
+def make_loader(
+    tokenizer,
+    B: int,
+    T: int,
+    split: str = "train",
+    long_docs: str = "mix",  # 'mix' (`HeadTailLoader`), 'split' or 'crop' (`BOSBestFitLoader`)
+    tail_share: float = 0.5,  # with 'mix'
+    **kw,  # the rest of either loader's arguments
+):
+    "The pretraining loader `long_docs` names."
+    if long_docs == "mix":
+        return HeadTailLoader(tokenizer, B, T, split, tail_share=tail_share, **kw)
+    if long_docs not in ("split", "crop"):
+        raise ValueError(f"long_docs must be 'mix', 'split' or 'crop', got {long_docs!r}")
+    return BOSBestFitLoader(tokenizer, B, T, split, long_docs=long_docs, **kw)
 
 # %% ../nbs/02_data.ipynb #7567564f
 @dataclass
@@ -1217,6 +1335,8 @@ def _corpus_command(cfg: CorpusConfig) -> None:
     t0 = time.time()
     data_dir = cfg.data_dir or None
     if cfg.url:
+        if cfg.num_shards < 2:
+            raise ValueError(f"--num-shards must be >= 2 with --url (the last shard is val), got {cfg.num_shards}")
         paths = download_shards(cfg.url, range(cfg.num_shards), data_dir, filename_fmt=cfg.filename_fmt)
         print(f"downloaded {len(paths)} shards to {Path(paths[0]).parent} in {time.time() - t0:.0f} s")
         return

@@ -14,7 +14,7 @@ import torch.distributed as dist
 from fastcore.script import bool_arg, call_parse
 from matplotlib.figure import Figure
 
-from .core import dist_init, exit_on_user_error, get_base_dir, print0
+from .core import dist_init, exit_on_user_error, get_base_dir, parse_device, print0
 from .data import iter_documents, list_parquet_files
 from .checkpoint import latest_tag, load_model
 from .engine import Engine
@@ -231,7 +231,7 @@ def base_title(res: dict) -> str:
     if res["bpb"]:
         ex = res["bpb_exact"]
         title += f", val bpb {res['bpb']:.4f} (exact-once: every token of {ex['docs']:,} val documents, "
-        title += f"{ex['bytes']:,} bytes)"
+        title += f"{ex['bytes']:,} bytes; document starts, the first T tokens of each: {ex['bpb_starts']:.4f})"
     return title
 
 
@@ -289,6 +289,7 @@ def main(
 ) -> dict:
     "Evaluate a nanolit checkpoint (`base`, `chat`) or build the benchmark items (`data`); also under torchrun."
     with exit_on_user_error():
+        device = parse_device(device) if device is not None else None  # a bad name: one line, before any load
         names = task_names(what, tasks)
         if what == "data":
             return build_data(names, bigbench, force)

@@ -344,7 +344,9 @@ def complete(
     step: int,  # the resumed step
     num_steps: int,  # the horizon
 ) -> dict | None:
-    "The saved result (with history and checkpoint) when a resumed run is already complete, else None."
+    "The result when a resumed run has nothing to do (complete, or already at `stop_after`), else None."
+    if 0 < self.cfg.stop_after <= step < num_steps:  # stopped there before: stopping again trains no step
+        return self.stopped(step, num_steps)
     path = self.dir / f"{self.name}_result.json"
     if step != num_steps or not path.exists():
         return None

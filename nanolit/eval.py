@@ -143,6 +143,8 @@ def piece_rows(pieces: list[list[int]], batch_size: int, T: int, bos: int) -> tu
 # A document is `<|bos|>` + its tokens, cut into pieces of `<|bos|>` + at most `sequence_len` tokens (one row each);
 # documents i with i % world_size == rank are scored here, every rank runs the same number of forwards, and the sums
 # are all-reduced and divided by `copies`. The result is over the whole split ("bytes" is the documents' UTF-8 bytes).
+# The same forwards give the second view, `bpb_starts`: the first piece of each document only (its first
+# `sequence_len` tokens), the part a model trained on cropped documents sees most of.
 @torch.no_grad()
 def evaluate_bpb_exact(
     model,  # `model(x, y, loss_reduction='none')` returns per-token nats (B, T)
@@ -155,7 +157,7 @@ def evaluate_bpb_exact(
     copies: int = 1,  # ranks that score the same documents (tensor/pipeline/context-parallel copies of a data rank)
     device=None,  # default: the model's
 ) -> dict:
-    """{bpb, nats, bytes, tokens, docs} of `model` on every token of `docs`, each once; ValueError if no byte scored."""
+    """{bpb, bpb_starts, nats, bytes, tokens, docs} of `model` on every token of `docs`; ValueError if none scored."""
     device = torch.device(device or next(model.parameters()).device)
     T = sequence_len or model.config.sequence_len
     rank, world_size = _dist_rank_world(rank, world_size)
@@ -165,12 +167,14 @@ def evaluate_bpb_exact(
         raise ValueError("sequence_len, batch_size and copies must be >= 1")
     bos, token_bytes = tokenizer.bos_token_id, tokenizer.token_bytes().to(device)
     mine = [d for i, d in enumerate(docs) if i % world_size == rank]
-    pieces = [[bos] + ids[j : j + T] for ids in _encoded(tokenizer, mine) for j in range(0, len(ids), T)]
+    cuts = [(ids, j) for ids in _encoded(tokenizer, mine) for j in range(0, len(ids), T)]
+    pieces = [[bos] + ids[j : j + T] for ids, j in cuts]
+    first = torch.tensor([j == 0 for _, j in cuts], dtype=torch.float64, device=device)  # a document's first piece
     on = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
     n = torch.tensor(-(-len(pieces) // batch_size), device=device)
     if on:
         dist.all_reduce(n, op=dist.ReduceOp.MAX)  # the same number of (possibly collective) forwards everywhere
-    sums = torch.zeros(4, dtype=torch.float64, device=device)  # nats, bytes, tokens, docs
+    sums = torch.zeros(6, dtype=torch.float64, device=device)  # nats, bytes, tokens, docs; nats, bytes of starts
     sums[3] = len(mine)
     for i in range(int(n)):
         x, y = (t.to(device) for t in piece_rows(pieces[i * batch_size : (i + 1) * batch_size], batch_size, T, bos))
@@ -179,6 +183,10 @@ def evaluate_bpb_exact(
         sums[0] += (loss * (b > 0)).sum()
         sums[1] += b.sum()
         sums[2] += (y >= 0).sum()
+        s = first[i * batch_size : (i + 1) * batch_size]
+        s = torch.cat([s, s.new_zeros(batch_size - len(s))])[:, None]  # the padding rows of the last batch
+        sums[4] += (loss * (b > 0) * s).sum()
+        sums[5] += (b * s).sum()
     if on:
         dist.all_reduce(sums)
     sums = (sums / copies).cpu()
@@ -187,6 +195,7 @@ def evaluate_bpb_exact(
     nats, nbytes = sums[0].item(), int(round(sums[1].item()))
     return dict(
         bpb=nats / (math.log(2) * nbytes),
+        bpb_starts=sums[4].item() / (math.log(2) * sums[5].item()) if sums[5] > 0 else float("nan"),
         nats=nats,
         bytes=nbytes,
         tokens=int(round(sums[2].item())),

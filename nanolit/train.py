@@ -20,7 +20,7 @@ from .core import dist_cleanup
 from .core import get_peak_flops
 from .core import print0
 from .tokenizer import get_tokenizer
-from .data import DataLoader, iter_documents
+from .data import DataLoader, iter_documents, make_loader
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
 from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.mesh import MeshLayout, init_mesh
@@ -51,6 +51,8 @@ class TrainConfig(OptimConfig, RunConfig):
     aspect_ratio: int = 64  # model width = depth * aspect_ratio (rounded to head_dim)
     head_dim: int = 64  # channels per attention head
     window_pattern: str = "SSSL"  # S = short (sliding) window, L = full context, tiled over layers
+    smear: bool = False  # token smear: each position gets a gated part of the previous token's embedding (04)
+    backout: bool = False  # subtract a learned part of the half-depth residual before the final norm (04)
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
@@ -72,6 +74,8 @@ class TrainConfig(OptimConfig, RunConfig):
     eval_tokens: int = 65536  # val tokens per periodic eval: the first ceil(eval_tokens / T) val rows, at any layout
     sample_every: int = -1  # steps between samples (-1: only at the end)
     loader_buffer: int = 1000  # documents each loader buffers for best-fit packing (small: faster start, looser)
+    long_docs: Literal["mix", "split", "crop"] = "split"  # long documents: heads + tails (02), pieces, crop
+    tail_share: float = 0.5  # with long_docs mix: the share of rows cut from documents' tails
     allow_long_sequence: bool = False  # permit sequence_len above MAX_SEQUENCE_LEN (65536)
     compile: bool = False  # torch.compile the model (minutes of cold compile on a CPU)
     data_dir: str = ""  # default $NANOLIT_BASE_DIR/data
@@ -138,6 +142,9 @@ def check_layout(
             cfg.bad("dp_mode", f"with --{n} {getattr(cfg, n)} only naive data parallelism is supported")
         if getattr(cfg, n) > 1 and cfg.compile and n != "tp":
             cfg.bad("compile", f"is not supported with --{n} > 1")
+    for n in ("tp", "pp", "cp"):
+        if getattr(cfg, n) > 1 and (cfg.smear or cfg.backout):
+            cfg.bad("smear" if cfg.smear else "backout", f"is not in the --{n} forward yet (only the GPT's own)")
     if cfg.sp and cfg.tp == 1:
         cfg.bad("sp", "sequence parallelism needs --tp > 1")
     if cfg.pp > 1:
@@ -276,6 +283,8 @@ def model_config(
         aspect_ratio=cfg.aspect_ratio,
         head_dim=cfg.head_dim,
         window_pattern=cfg.window_pattern,
+        smear=cfg.smear,
+        backout=cfg.backout,
     )
 
 
@@ -449,7 +458,7 @@ def setup_training(
     num_steps = horizon(cfg.num_iterations, n_params, tokens_per_step, cfg.target_param_data_ratio)
     n_slots = layout.data_size * accum  # one data shard per (data rank, micro-step)
     loaders = [
-        DataLoader(
+        make_loader(
             tok,
             B,
             T,
@@ -459,6 +468,8 @@ def setup_training(
             device=run.device,
             data_dir=cfg.data_dir or None,
             buffer_size=cfg.loader_buffer,
+            long_docs=cfg.long_docs,
+            tail_share=cfg.tail_share,
         )
         for a in range(accum)
     ]
@@ -682,6 +693,7 @@ def evaluate(
         out["val_exact"] = ve = dict(step=step, **val_bpb_exact(cfg, t, layout, out["val_docs"], run.world))
         run.write(
             f"step {step:5d} | val bpb {ve['bpb']:.4f} exact-once ({ve['docs']} documents, {ve['bytes']:,} bytes)"
+            f" | document starts {ve['bpb_starts']:.4f} (first {cfg.sequence_len} tokens of each)"
         )
     if do_sample and (run.main or layout.collective_forward):  # all ranks where every forward is a collective
         out["samples"] = _sample(t.model, t.tok, SAMPLE_PROMPTS, device=run.device)
@@ -731,6 +743,7 @@ def finish_training(
     tps = meter.rate  # None (JSON null) when no step after the first was timed
     result = dict(
         final_val_bpb=final["val_exact"]["bpb"],
+        final_val_bpb_starts=final["val_exact"]["bpb_starts"],
         val_exact=final["val_exact"],
         tok_per_s=tps,
         mfu=mfu(t.flops_per_token, tps, meter.peak) if tps else None,
@@ -749,7 +762,8 @@ def finish_training(
     result["unigram_token_bpb"] = unigram_token_bpb(t.tok, train_sample(run.cfg), final["val_docs"])
     rate = f"{tps:,.0f} tok/s | MFU {100 * result['mfu']:.2f}%" if tps else "no step timed (tok/s n/a)"
     summary = (
-        f"done: val bpb {result['final_val_bpb']:.4f} | baselines on the same val split: unigram bytes "
+        f"done: val bpb {result['final_val_bpb']:.4f} (document starts {result['final_val_bpb_starts']:.4f}) | "
+        f"baselines on the same val split: unigram bytes "
         f"{result['unigram_byte_bpb']:.4f}, unigram tokens {result['unigram_token_bpb']:.4f} | {rate} | "
         f"checkpoint {run.dir}"
     )

@@ -54,6 +54,7 @@ class WindowedKVCache:
         if len(self.windows) != n_layer:
             raise ValueError(f"{len(self.windows)} windows for {n_layer} layers")
         self.max_len, self.pos = max_len, 0
+        self.last_ids = None  # (B, 1) each row's last token so far, set by the model (a smear model reads it)
         # empty, not zeros: positions >= pos are never read (the tests fill them with NaN to prove it)
         self.kv = torch.empty(n_layer, 2, batch_size, capacity, n_kv_head, head_dim, device=device, dtype=dtype)
 
@@ -158,6 +159,7 @@ def expand(
     )
     out.kv[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]  # broadcasts row 0 into every row (a real copy)
     out.pos = self.pos
+    out.last_ids = None if self.last_ids is None else self.last_ids.expand(batch_size, -1).clone()
     return out
 
 

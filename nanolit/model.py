@@ -21,9 +21,9 @@ from .core import detect_compute_dtype
 from .attention import attention
 
 # %% auto #0
-__all__ = ['LOSS_CHUNK_BYTES', 'GPTConfig', 'norm', 'Linear', 'rotary_tables', 'apply_rotary', 'CausalSelfAttention', 'MLP',
-           'Block', 'KVCache', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model',
-           'generate']
+__all__ = ['LOSS_CHUNK_BYTES', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear', 'rotary_tables', 'apply_rotary',
+           'CausalSelfAttention', 'MLP', 'Block', 'KVCache', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding',
+           'GPT', 'build_model', 'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 @dataclass
@@ -40,6 +40,8 @@ class GPTConfig:
     short_window: int | None = None  # tokens an S layer sees; None -> sequence_len // 4 (our choice)
     logit_softcap: float = 15.0  # logits -> c * tanh(logits / c)
     rope_base: float = 10000.0  # RoPE base theta (Su et al. 2021 use 10000; longer contexts often use 100000+)
+    smear: bool = False  # add a gated fraction of the previous token's embedding to each position's
+    backout: bool = False  # subtract a learned fraction of the half-depth residual before the final norm
 
     def __post_init__(self):
         for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd"):
@@ -226,6 +228,7 @@ class KVCache:
             torch.zeros(shape, device=device, dtype=dtype),
             0,
         )
+        self.last_ids = None  # (B, 1) the last token of each row so far, set by the model (its smear reads it)
 
     def update(
         self,
@@ -246,7 +249,7 @@ class KVCache:
 
     def reset(self) -> None:
         "Forget the cached positions (`pos = 0`) to reuse the cache for a new sequence; the buffers are kept."
-        self.pos = 0
+        self.pos, self.last_ids = 0, None
 
 # %% ../nbs/04_model.ipynb #c014c4cc
 LOSS_CHUNK_BYTES = 2**28  # fp32 logits of one block of `chunked_lm_loss` (256 MiB): rows = LOSS_CHUNK_BYTES // (4 V)
@@ -332,6 +335,9 @@ def has_value_embedding(layer_idx: int, n_layer: int) -> bool:
     return (n_layer - 1 - layer_idx) % 2 == 0
 
 
+SMEAR_CHANNELS = 24  # channels of x_t the smear gate reads (nanochat's choice)
+
+
 class GPT(nn.Module):
     "A modern GPT (the table at the top of `04_model`): `build_model`, or meta device + `to_empty` + `init_weights`."
 
@@ -352,6 +358,11 @@ class GPT(nn.Module):
         self.lm_head = Linear(c.n_embd, V)  # untied from wte
         self.resid_lambdas = nn.Parameter(torch.empty(c.n_layer))
         self.x0_lambdas = nn.Parameter(torch.empty(c.n_layer))
+        if c.smear:  # gate weights on the first SMEAR_CHANNELS channels, and the overall fraction
+            self.smear_gate = nn.Parameter(torch.empty(min(SMEAR_CHANNELS, c.n_embd)))
+            self.smear_lambda = nn.Parameter(torch.empty(1))
+        if c.backout:
+            self.backout_lambda = nn.Parameter(torch.empty(1))
         # rotary tables are derived, not learned: non-persistent buffers (not in the state dict), set by init_weights
         self.register_buffer("cos", torch.empty(c.sequence_len, c.head_dim // 2), persistent=False)
         self.register_buffer("sin", torch.empty(c.sequence_len, c.head_dim // 2), persistent=False)
@@ -376,6 +387,9 @@ def init_weights(self: GPT):
     nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
     self.resid_lambdas.fill_(1.0)
     self.x0_lambdas.fill_(0.0)
+    for name in ("smear_gate", "smear_lambda", "backout_lambda"):  # zero: both pieces start switched off
+        if hasattr(self, name):
+            getattr(self, name).zero_()
     cos, sin = rotary_tables(c.sequence_len, c.head_dim, c.rope_base, device=self.cos.device)
     self.cos.copy_(cos)
     self.sin.copy_(sin)
@@ -399,7 +413,9 @@ def param_groups(self: GPT) -> dict[str, list[nn.Parameter]]:
         matrix=[p for b in self.blocks for p in b.parameters() if p.ndim >= 2],
         embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],
         lm_head=[self.lm_head.weight],
-        scalar=[self.resid_lambdas, self.x0_lambdas] + [p for b in self.blocks for p in b.parameters() if p.ndim < 2],
+        scalar=[self.resid_lambdas, self.x0_lambdas]
+        + [getattr(self, n) for n in ("smear_gate", "smear_lambda", "backout_lambda") if hasattr(self, n)]
+        + [p for b in self.blocks for p in b.parameters() if p.ndim < 2],
     )
 
 
@@ -428,13 +444,19 @@ def forward(
         raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
     cos, sin = self.cos[t0 : t0 + T], self.sin[t0 : t0 + T]
     dtype = detect_compute_dtype(idx.device.type)  # core's precision policy, for the device we run on
-    x = x0 = norm(self.wte(idx).to(dtype))
+    x = norm(self.wte(idx).to(dtype))
+    x = x0 = self.smear(x, kv_cache) if self.config.smear else x
     for i, block in enumerate(self.blocks):
+        if i == self.config.n_layer // 2:
+            x_mid = x  # the residual at half depth, for backout
         x = self.resid_lambdas[i].to(dtype) * x + self.x0_lambdas[i].to(dtype) * x0
         ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
         x = block(x, ve, cos, sin, self.windows[i], kv_cache)
+    if self.config.backout:
+        x = x - self.backout_lambda.to(dtype) * x_mid
     if kv_cache is not None:
         kv_cache.advance(T)
+        kv_cache.last_ids = idx[:, -1:]
     sc = self.config.logit_softcap
     if targets is not None and not isinstance(self.lm_head.weight, DTensor):
         # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
@@ -449,6 +471,22 @@ def forward(
         logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction
     )
     return loss.view(B, T) if loss_reduction == "none" else loss
+
+# %% ../nbs/04_model.ipynb #16d7abe1
+@patch
+def smear(
+    self: GPT,
+    x: Tensor,  # (B, T, n_embd) normed embeddings of this forward's tokens
+    kv_cache=None,  # with cached positions, its `last_ids` (B, 1) are the tokens before x's first
+) -> Tensor:  # x's shape and dtype
+    "x_t + lambda * sigmoid(w . x_t[:24]) * x_{t-1}; x_{-1} is the cache's last token, or zero at position 0."
+    k = self.smear_gate.numel()
+    gate = self.smear_lambda.to(x.dtype) * torch.sigmoid(x[..., :k] @ self.smear_gate.to(x.dtype))[..., None]
+    if kv_cache is not None and kv_cache.pos > 0:
+        first = norm(self.wte(kv_cache.last_ids).to(x.dtype))  # (B, 1, n_embd)
+    else:
+        first = torch.zeros_like(x[:, :1])
+    return x + gate * torch.cat([first, x[:, :-1]], dim=1)
 
 # %% ../nbs/04_model.ipynb #2b83c8d9
 @patch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from fastcore.basics import patch
@@ -18,9 +19,9 @@ from .core import COMPUTE_DTYPE
 
 # %% auto #0
 __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'adamw_update_',
-           'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'muon_step_', 'MuonAdamW',
-           'muon_hparams', 'OptimConfig', 'check_param_groups', 'build_optimizer', 'warmup_warmdown_steps',
-           'lr_multiplier', 'muon_momentum', 'apply_lr', 'apply_muon_momentum']
+           'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'normuon_normalize', 'apply_update_',
+           'muon_step_', 'MuonAdamW', 'muon_hparams', 'OptimConfig', 'check_param_groups', 'build_optimizer',
+           'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr', 'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
@@ -200,6 +201,36 @@ def muon_update(
     return o.to(grad.dtype) * max(1.0, grad.size(-2) / grad.size(-1)) ** 0.5
 
 
+def normuon_normalize(
+    o: Tensor,  # an orthogonalised update (m, n) or a stack (..., m, n)
+    second_moment: Tensor,  # (..., m, 1), fp32 or fp64, updated in place: v <- b2 v + (1 - b2) mean_j o_ij^2
+    beta2: float = 0.95,
+    eps: float = 1e-10,
+) -> Tensor:  # o's shape and dtype
+    "NorMuon (Li et al. 2025): each row (output neuron) over the root of its running mean square; Frobenius norm kept."
+    of = o.to(torch.promote_types(o.dtype, second_moment.dtype))
+    second_moment.lerp_(of.square().mean(-1, keepdim=True), 1 - beta2)
+    n = of / (second_moment.sqrt() + eps)
+    n = n * (of.norm(dim=(-2, -1), keepdim=True) / (n.norm(dim=(-2, -1), keepdim=True) + eps))
+    return n.to(o.dtype)
+
+
+def apply_update_(
+    p: Tensor,  # the parameter (or this rank's slice of it), updated in place
+    update: Tensor,  # the step direction, p's shape: p -= lr * update
+    lr: float,
+    weight_decay: float = 0.0,  # decoupled: p -= lr * weight_decay * p
+    cautious_wd: bool = False,  # decay only where update and p have the same sign (Chen et al. 2025)
+) -> None:
+    "p -= lr * (update + weight_decay * p), the decay masked to sign(update) == sign(p) when `cautious_wd`."
+    if weight_decay != 0:
+        if cautious_wd:
+            p.sub_(p * ((update * p) > 0), alpha=lr * weight_decay)
+        else:
+            p.mul_(1 - lr * weight_decay)
+    p.add_(update, alpha=-lr)
+
+
 @torch.no_grad()
 def muon_step_(
     p: Tensor,  # a matrix parameter (m, n) or a stack of them (..., m, n), updated in place
@@ -212,8 +243,11 @@ def muon_step_(
     nesterov: bool = True,
     ns_steps: int = 5,
     method: str = "newton_schulz",
+    normuon: bool = False,  # normalise the update per output neuron (`normuon_normalize`)
+    normuon_beta2: float = 0.95,
+    cautious_wd: bool = False,  # `apply_update_`'s masked decay
 ) -> None:
-    "One Muon step: p *= 1 - lr*weight_decay, then p -= lr * muon_update(grad, ...). ValueError for a 0-/1-D p."
+    "One Muon step: p -= lr * (muon_update(grad, ...) + weight_decay * p). ValueError for a 0-/1-D p."
     if p.ndim < 2:
         raise ValueError(f"Muon updates matrices only, got a parameter of shape {tuple(p.shape)}")
     if "momentum_buffer" not in state:
@@ -221,12 +255,26 @@ def muon_step_(
     update = muon_update(
         grad, state["momentum_buffer"], momentum=momentum, nesterov=nesterov, ns_steps=ns_steps, method=method
     )
-    if weight_decay != 0:
-        p.mul_(1 - lr * weight_decay)
-    p.add_(update, alpha=-lr)
+    if normuon:
+        if "neuron_second_moment" not in state:
+            state["neuron_second_moment"] = torch.zeros_like(
+                update[..., :1], dtype=torch.promote_types(p.dtype, torch.float32)
+            )
+        update = normuon_normalize(update, state["neuron_second_moment"], normuon_beta2)
+    apply_update_(p, update, lr, weight_decay, cautious_wd)
 
 # %% ../nbs/05_optim.ipynb #ccbbf524
-MUON_DEFAULTS = dict(lr=0.02, momentum=0.95, weight_decay=0.0, nesterov=True, ns_steps=5, method="newton_schulz")
+MUON_DEFAULTS = dict(
+    lr=0.02,
+    momentum=0.95,
+    weight_decay=0.0,
+    nesterov=True,
+    ns_steps=5,
+    method="newton_schulz",
+    normuon=False,
+    normuon_beta2=0.95,
+    cautious_wd=False,
+)
 ADAMW_DEFAULTS = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
 
@@ -277,7 +325,7 @@ def muon_hparams(
     group: dict,  # a Muon param group of `MuonAdamW` (or of a sharded twin such as 06b's ZeroMuonAdamW)
 ) -> dict:
     "The keyword arguments of `muon_step_` that a Muon group holds (lr, momentum, weight decay, Newton-Schulz)."
-    return {k: group[k] for k in ("lr", "momentum", "weight_decay", "nesterov", "ns_steps", "method")}
+    return {k: group.get(k, MUON_DEFAULTS[k]) for k in MUON_DEFAULTS}  # .get: groups saved before a key existed
 
 
 @patch
@@ -311,6 +359,9 @@ class OptimConfig:
     unembedding_lr: float = 0.004  # AdamW lr for the lm head
     scalar_lr: float = 0.5  # AdamW lr for per-layer scalars
     weight_decay: float = 0.0  # decoupled weight decay, 2-D parameters only
+    muon_method: Literal["newton_schulz", "polar_express", "svd"] = "newton_schulz"  # Muon's orthogonalisation
+    normuon: bool = False  # NorMuon: Muon's update normalised per output neuron
+    cautious_wd: bool = False  # weight decay only where update and weight agree in sign (Muon groups)
 
     def optimizer_kwargs(self, scale: float = 1.0) -> dict:
         "The keyword arguments of `build_optimizer`, every lr times `scale` (SFT and RL start at a fraction)."
@@ -320,7 +371,8 @@ class OptimConfig:
             unembedding_lr=self.unembedding_lr,
             scalar_lr=self.scalar_lr,
         )
-        return {k: v * scale for k, v in lrs.items()} | dict(weight_decay=self.weight_decay)
+        muon = dict(muon_method=self.muon_method, normuon=self.normuon, cautious_wd=self.cautious_wd)
+        return {k: v * scale for k, v in lrs.items()} | dict(weight_decay=self.weight_decay) | muon
 
 # %% ../nbs/05_optim.ipynb #e60abd53
 PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
@@ -355,6 +407,9 @@ def build_optimizer(
     adam_betas: tuple[float, float] = (0.8, 0.95),
     adam_eps: float = 1e-10,
     muon_momentum: float = 0.95,
+    muon_method: str = "newton_schulz",  # 'polar_express' or 'svd' (exact, slow)
+    normuon: bool = False,  # `normuon_normalize` on Muon's update
+    cautious_wd: bool = False,  # `apply_update_`'s masked decay on the Muon groups
     model_dim: int | None = None,  # the model width, for nanochat's width scaling of AdamW's lrs
 ) -> MuonAdamW:  # every group has `name` and `initial_lr` (its lr, what schedules multiply)
     "A `MuonAdamW` for a model's parameter groups. ValueError on unknown keys, a parameter twice, a 0-/1-D matrix."
@@ -370,6 +425,9 @@ def build_optimizer(
                 lr=matrix_lr,
                 momentum=muon_momentum,
                 weight_decay=weight_decay,
+                method=muon_method,
+                normuon=normuon,
+                cautious_wd=cautious_wd,
             )
         )
     for key, lr in (("embedding", embedding_lr), ("lm_head", unembedding_lr), ("scalar", scalar_lr)):

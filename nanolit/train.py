@@ -145,6 +145,8 @@ def check_layout(
     for n in ("tp", "pp", "cp"):
         if getattr(cfg, n) > 1 and (cfg.smear or cfg.backout):
             cfg.bad("smear" if cfg.smear else "backout", f"is not in the --{n} forward yet (only the GPT's own)")
+    if cfg.normuon and (cfg.dp_mode not in ("naive", "ddp") or max(cfg.tp, cfg.pp, cfg.cp, cfg.ep) > 1):
+        cfg.bad("normuon", "its per-neuron state is not sharded yet: use it with --dp-mode naive or ddp alone")
     if cfg.sp and cfg.tp == 1:
         cfg.bad("sp", "sequence parallelism needs --tp > 1")
     if cfg.pp > 1:

@@ -99,17 +99,18 @@ def _batches():
             for _ in range(STEPS)]
 
 
-def _gpt_run(tp, sp, clip):
+def _gpt_run(tp, sp, clip, okw=None):
     _fp64()
+    okw = okw or {}
     mesh = init_mesh(tp=tp)                       # dp = world / tp
     dp, dpr = mesh.size("dp"), mesh.local_rank("dp")
-    ref = _gpt(); ropt = build_optimizer(ref.param_groups()); ref_losses = []
+    ref = _gpt(); ropt = build_optimizer(ref.param_groups(), **okw); ref_losses = []
     for xb, yb in _batches():
         loss = ref(xb, yb); loss.backward()
         if clip: torch.nn.utils.clip_grad_norm_(ref.parameters(), clip)
         ropt.step(); ropt.zero_grad(); ref_losses.append(loss.item())
     model = parallelize(_gpt(), mesh, sp=sp)
-    opt = tensor_parallel_optimizer(build_optimizer(model.param_groups()))
+    opt = tensor_parallel_optimizer(build_optimizer(model.param_groups(), **okw))
     n, losses = B // dp, []
     for xb, yb in _batches():
         loss = model(xb[dpr * n:(dpr + 1) * n], yb[dpr * n:(dpr + 1) * n]); loss.backward()
@@ -123,11 +124,14 @@ def _gpt_run(tp, sp, clip):
     return losses, torch.tensor(ref_losses), full_state_dict(model), ref.state_dict()
 
 
-@pytest.mark.parametrize("world,tp,sp,clip", [(2, 2, False, 0.0), (2, 2, True, 0.0), (4, 4, True, 0.5), (4, 2, False, 0.0),
-                                              (4, 2, True, 0.5)])
-def test_gpt_matches_one_process(world, tp, sp, clip):
-    """tp (world = tp) and dp x tp (world 4, tp 2): same losses, same parameters after 3 steps, clipping included."""
-    for losses, ref_losses, sd, rsd in run_distributed(_gpt_run, world, tp, sp, clip):
+@pytest.mark.parametrize("world,tp,sp,clip,okw", [(2, 2, False, 0.0, None), (2, 2, True, 0.0, None), (4, 4, True, 0.5, None),
+                                                  (4, 2, False, 0.0, None), (4, 2, True, 0.5, None),
+                                                  (2, 2, False, 0.0, dict(muon_method="polar_express", weight_decay=0.3,
+                                                                          cautious_wd=True))])
+def test_gpt_matches_one_process(world, tp, sp, clip, okw):
+    """tp (world = tp) and dp x tp (world 4, tp 2): same losses, same parameters after 3 steps, clipping included;
+    also with Polar Express and cautious weight decay."""
+    for losses, ref_losses, sd, rsd in run_distributed(_gpt_run, world, tp, sp, clip, okw):
         torch.testing.assert_close(losses, ref_losses, **TOL)
         assert set(sd) == set(rsd)
         for k in rsd: torch.testing.assert_close(sd[k], rsd[k], **TOL, msg=lambda m: f"{k}: {m}")

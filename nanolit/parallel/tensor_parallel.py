@@ -17,7 +17,15 @@ from torch import Tensor
 
 from ..core import detect_compute_dtype
 from ..model import GPT, CausalSelfAttention, MLP, norm
-from ..optim import MuonAdamW, muon_step_, newton_schulz, polar_express, polar_svd
+from nanolit.optim import (
+    MuonAdamW,
+    apply_update_,
+    muon_step_,
+    newton_schulz,
+    normuon_normalize,
+    polar_express,
+    polar_svd,
+)
 from fastcore.basics import patch
 
 from .mesh import Layout, Mesh
@@ -599,10 +607,15 @@ def tp_muon_step_(
     nesterov: bool = True,
     ns_steps: int = 5,
     method: str = "newton_schulz",
+    normuon: bool = False,  # not sharded yet: ValueError
+    normuon_beta2: float = 0.95,
+    cautious_wd: bool = False,  # elementwise: on this rank's slice alone
 ) -> None:
     """`muon_step_` for a tensor-parallel shard `p`: the same update as on the full matrix."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
+    if normuon:
+        raise ValueError("NorMuon's per-neuron state is not sharded for tensor parallelism yet (use --tp 1)")
     dt = isinstance(p, DTensor)
     p_l, g_l = (p.to_local(), grad.to_local()) if dt else (p, grad)  # to_local() aliases the shard's storage
     if "momentum_buffer" not in state:
@@ -621,9 +634,7 @@ def tp_muon_step_(
         mine = distribute_tensor(o, p.device_mesh, p.placements, src_data_rank=None).to_local()  # no communication
     else:
         mine = shard_tensor(o, p._tp_dim, tp_rank(p._tp_group), tp_world(p._tp_group))
-    if weight_decay != 0:
-        p_l.mul_(1 - lr * weight_decay)
-    p_l.add_(mine, alpha=-lr)
+    apply_update_(p_l, mine, lr, weight_decay, cautious_wd)
 
 
 def _is_dtensor(t) -> bool:

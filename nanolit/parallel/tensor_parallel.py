@@ -22,7 +22,6 @@ from nanolit.optim import (
     apply_update_,
     muon_step_,
     newton_schulz,
-    normuon_normalize,
     polar_express,
     polar_svd,
 )

@@ -7,6 +7,7 @@ Docs: https://nanolit.github.io/nanolit/data.html.md"""
 # %% ../nbs/02_data.ipynb #46649782
 from __future__ import annotations
 import bisect
+import concurrent.futures
 import math
 import gzip
 import hashlib
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import sysconfig
 import struct
@@ -39,13 +41,13 @@ from fastcore.basics import patch
 from .core import cli_from_dataclass, get_base_dir, print0
 
 # %% auto #0
-__all__ = ['SOURCES', 'DataLoader', 'main', 'normalize_text', 'write_shards', 'SourceUnavailable', 'split_paragraphs',
-           'fetch_apt', 'fetch_sdist', 'html_to_text', 'troff_to_text', 'r_unserialize', 'read_r_lazyload',
-           'read_shakespeare', 'read_milton', 'read_austen', 'read_python_doc', 'read_fortunes', 'read_jargon',
-           'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source', 'collect_documents', 'split_documents',
-           'print_corpus_summary', 'build_corpus', 'sha256_file', 'download_shards', 'list_parquet_files',
-           'CorruptShardError', 'ShardedDocuments', 'iter_documents', 'NoTails', 'BOSBestFitLoader',
-           'loader_fingerprint', 'HeadTailLoader', 'make_loader', 'CorpusConfig']
+__all__ = ['SOURCES', 'DataLoader', 'WEB_SOURCES', 'main', 'normalize_text', 'write_shards', 'SourceUnavailable',
+           'split_paragraphs', 'fetch_apt', 'fetch_sdist', 'html_to_text', 'troff_to_text', 'r_unserialize',
+           'read_r_lazyload', 'read_shakespeare', 'read_milton', 'read_austen', 'read_python_doc', 'read_fortunes',
+           'read_jargon', 'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source', 'collect_documents',
+           'split_documents', 'print_corpus_summary', 'build_corpus', 'sha256_file', 'download_shards',
+           'list_parquet_files', 'CorruptShardError', 'ShardedDocuments', 'iter_documents', 'NoTails',
+           'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader', 'make_loader', 'CorpusConfig']
 
 # %% ../nbs/02_data.ipynb #62941507
 def normalize_text(text: str) -> str:
@@ -834,6 +836,36 @@ def _check_parquet(path: Path, sha256: str | None = None) -> None:
         raise ValueError(f"{path.name} has no 'text' column (columns: {names})")
 
 # %% ../nbs/02_data.ipynb #f02313c0
+def _fetch_shard(sess, url: str, dest: Path, digest, retries: int, timeout: float, backoff: float) -> Path:
+    "One shard to `dest`, atomically (temp file, fsync, rename), up to `retries` tries; a valid `dest` is kept."
+    if dest.exists():
+        try:
+            _check_parquet(dest, digest)
+            return dest
+        except ValueError:
+            dest.unlink()  # present but invalid: fetch again
+    last = None
+    for attempt in range(retries):
+        tmp = dest.parent / f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            with sess.get(url, stream=True, timeout=timeout) as r:
+                r.raise_for_status()
+                with open(tmp, "wb") as f:
+                    for chunk in r.iter_content(1 << 20):
+                        f.write(chunk)
+                    f.flush()
+                    os.fsync(f.fileno())
+            _check_parquet(tmp, digest)
+            os.replace(tmp, dest)
+            return dest
+        except (requests.RequestException, ValueError, OSError) as e:
+            last = e
+            tmp.unlink(missing_ok=True)
+            if attempt + 1 < retries:
+                time.sleep(backoff * 2**attempt)
+    raise ConnectionError(f"failed to download {url} after {retries} attempts: {last}") from last
+
+
 def download_shards(
     base_url: str,
     indices,  # shard i is `base_url/filename_fmt.format(i)`
@@ -844,54 +876,35 @@ def download_shards(
     timeout: float = 60,
     backoff: float = 1.0,
     val_indices=None,  # default: the last index when several are requested
-    session: requests.Session | None = None,
+    session: requests.Session | None = None,  # shared by the workers (default: one per worker thread)
+    workers: int = 8,  # shards fetched at once
 ) -> list[Path]:  # the local paths in the order of `indices`
-    "Download shards atomically and resumably (valid files are kept); ConnectionError naming the URL if all tries fail."
+    "Download shards in parallel, atomically and resumably (valid files are kept); ConnectionError if one fails."
     indices = list(indices)
     if not indices:
         raise ValueError("no shard indices given")
-    if retries < 1:
-        raise ValueError("retries must be >= 1")
+    if retries < 1 or workers < 1:
+        raise ValueError("retries and workers must be >= 1")
     val_indices = set([indices[-1]] if val_indices is None and len(indices) > 1 else (val_indices or []))
     data_dir = Path(data_dir or get_base_dir() / "data")
     data_dir.mkdir(parents=True, exist_ok=True)
-    sha256 = sha256 or {}
-    sess = session or requests.Session()
-    out = []
-    for i in indices:
+    sha256, local = sha256 or {}, threading.local()
+
+    def fetch(i):
+        if session is None and not hasattr(local, "sess"):
+            local.sess = requests.Session()
         dest = data_dir / f"{'val' if i in val_indices else 'train'}_{i:05d}.parquet"
         url = base_url.rstrip("/") + "/" + filename_fmt.format(i)
-        if dest.exists():
-            try:
-                _check_parquet(dest, sha256.get(i))
-                out.append(dest)
-                continue
-            except ValueError:
-                dest.unlink()  # present but invalid: fetch again
-        last = None
-        for attempt in range(retries):
-            tmp = data_dir / f".{dest.name}.{os.getpid()}.tmp"
-            try:
-                with sess.get(url, stream=True, timeout=timeout) as r:
-                    r.raise_for_status()
-                    with open(tmp, "wb") as f:
-                        for chunk in r.iter_content(1 << 20):
-                            f.write(chunk)
-                        f.flush()
-                        os.fsync(f.fileno())
-                _check_parquet(tmp, sha256.get(i))
-                os.replace(tmp, dest)
-                last = None
-                break
-            except (requests.RequestException, ValueError, OSError) as e:
-                last = e
-                tmp.unlink(missing_ok=True)
-                if attempt + 1 < retries:
-                    time.sleep(backoff * 2**attempt)
-        if last is not None:
-            raise ConnectionError(f"failed to download {url} after {retries} attempts: {last}") from last
-        out.append(dest)
-    return out
+        return _fetch_shard(session or local.sess, url, dest, sha256.get(i), retries, timeout, backoff)
+
+    with concurrent.futures.ThreadPoolExecutor(min(workers, len(indices))) as pool:
+        futures = [pool.submit(fetch, i) for i in indices]
+        try:
+            return [f.result() for f in futures]  # the first failure (in index order) is raised
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
 
 # %% ../nbs/02_data.ipynb #cc3d73a7
 def list_parquet_files(split: str, data_dir=None) -> list[Path]:
@@ -1318,6 +1331,14 @@ def make_loader(
     return BOSBestFitLoader(tokenizer, B, T, split, long_docs=long_docs, **kw)
 
 # %% ../nbs/02_data.ipynb #7567564f
+# Web-scale pretraining sets, reshuffled into parquet shards with a `text` column (../shared/DATA.md). ClimbMix
+# (NVIDIA's mix, Diao et al. 2025) is the default: nanochat's leaderboard has it ahead of FineWeb-Edu at equal compute.
+WEB_SOURCES = {
+    "climbmix": ("https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main", 6543),
+    "fineweb-edu": ("https://huggingface.co/datasets/karpathy/fineweb-edu-100b-shuffle/resolve/main", 1823),
+}  # name -> (base URL, shards it has)
+
+
 @dataclass
 class CorpusConfig:
     "The options of `nanolit-data` / `python -m nanolit.data`: build the offline corpus, or download shards."
@@ -1325,8 +1346,11 @@ class CorpusConfig:
     size: Literal["small", "full"] = "small"  # corpus size
     data_dir: str = ""  # where the shards go ('': $NANOLIT_BASE_DIR/data)
     force: bool = False  # rebuild even if a corpus of this size exists
-    url: str = ""  # download parquet shards from this base URL instead of building
-    num_shards: int = 8  # with --url: how many shards (indices 0..n-1; the last is val)
+    source: Literal["", "climbmix", "fineweb-edu"] = ""  # download this web-scale set (WEB_SOURCES) instead
+    url: str = ""  # or download parquet shards from this base URL
+    num_shards: int = 8  # with --source/--url: shards 0..n-2 are train, n-1 is val
+    first: int = -1  # with --source/--url: only the val shard and the first `first` train shards (-1: all)
+    workers: int = 8  # shards downloaded at once
     filename_fmt: str = "shard_{:05d}.parquet"  # with --url: remote file name pattern
 
 
@@ -1334,11 +1358,21 @@ def _corpus_command(cfg: CorpusConfig) -> None:
     "Build the offline corpus (or download shards) into the data directory and print a summary."
     t0 = time.time()
     data_dir = cfg.data_dir or None
-    if cfg.url:
+    if cfg.source and cfg.url:
+        raise ValueError("give --source or --url, not both")
+    url = WEB_SOURCES[cfg.source][0] if cfg.source else cfg.url
+    if url:
         if cfg.num_shards < 2:
-            raise ValueError(f"--num-shards must be >= 2 with --url (the last shard is val), got {cfg.num_shards}")
-        paths = download_shards(cfg.url, range(cfg.num_shards), data_dir, filename_fmt=cfg.filename_fmt)
-        print(f"downloaded {len(paths)} shards to {Path(paths[0]).parent} in {time.time() - t0:.0f} s")
+            raise ValueError(f"--num-shards must be >= 2 (the last shard is val), got {cfg.num_shards}")
+        if cfg.source and cfg.num_shards > WEB_SOURCES[cfg.source][1]:
+            raise ValueError(f"--source {cfg.source} has {WEB_SOURCES[cfg.source][1]} shards, asked {cfg.num_shards}")
+        n_train = cfg.num_shards - 1 if cfg.first < 0 else min(cfg.first, cfg.num_shards - 1)
+        val = cfg.num_shards - 1
+        idx = [*range(n_train), val]
+        paths = download_shards(url, idx, data_dir, cfg.filename_fmt, val_indices=[val], workers=cfg.workers)
+        print(
+            f"downloaded {len(paths)} shards (val: shard {val}) to {Path(paths[0]).parent} in {time.time() - t0:.0f} s"
+        )
         return
     out = build_corpus(cfg.size, data_dir, force=cfg.force)
     print(f"corpus in {out} ({time.time() - t0:.0f} s)")

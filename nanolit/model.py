@@ -424,6 +424,13 @@ def num_params(self: GPT) -> int:
     "Total number of parameters (embeddings included)."
     return sum(p.numel() for p in self.parameters())
 
+
+@patch
+def num_scaling_params(self: GPT) -> int:
+    "Parameters scaling laws count: the hidden matrices and the lm head, no embedding table (Kaplan et al. 2020)."
+    g = self.param_groups()
+    return sum(p.numel() for p in g["matrix"] + g["lm_head"])
+
 # %% ../nbs/04_model.ipynb #a0217634
 @patch
 def forward(

@@ -334,7 +334,12 @@ def grad_accum_steps(total_batch_size: int, device_batch_size: int, sequence_len
     return total_batch_size // per_step
 
 
-def horizon(num_iterations: int, n_params: int, tokens_per_step: int, ratio: float) -> int:
+def horizon(
+    num_iterations: int,  # > 0: exactly this many steps
+    n_params: int,  # the scaling parameters (`GPT.num_scaling_params`: no embeddings, as Chinchilla counts)
+    tokens_per_step: int,
+    ratio: float,  # tokens per parameter (Chinchilla's compute-optimal ~20)
+) -> int:
     "Optimizer steps: `num_iterations` if > 0, else ceil(ratio * n_params / tokens_per_step)."
     return num_iterations if num_iterations > 0 else max(1, math.ceil(ratio * n_params / tokens_per_step))
 
@@ -416,6 +421,7 @@ class TrainSetup:
     num_steps: int  # the horizon
     n_slots: int  # data shards: data ranks x accum
     loaders: list  # this rank's train loaders, one per micro-step
+    n_scaling_params: int = 0  # matrices + lm head (`GPT.num_scaling_params`): what the horizon counts
 
 
 def build_train_model(
@@ -451,13 +457,13 @@ def setup_training(
     if note:  # refuse only what cannot fit (above), warn on what may not
         print0(note)
     model, moe, flops = build_train_model(cfg, gcfg, run.device)
-    n_params = model.num_params()  # the whole model's, before the layout splits it
+    n_params, n_scaling = model.num_params(), model.num_scaling_params()  # the whole model's, before any split
     step_model = layout.prepare(model)  # before the optimizer: it must see the shards
     step_model = torch.compile(step_model, dynamic=False) if cfg.compile else step_model
     opt = layout.optimizer(build_optimizer(layout.param_groups(model), **cfg.optimizer_kwargs(), model_dim=gcfg.n_embd))
     accum = grad_accum_steps(cfg.total_batch_size, B, T, layout.data_size)
     tokens_per_step = B * T * layout.data_size * accum
-    num_steps = horizon(cfg.num_iterations, n_params, tokens_per_step, cfg.target_param_data_ratio)
+    num_steps = horizon(cfg.num_iterations, n_scaling, tokens_per_step, cfg.target_param_data_ratio)
     n_slots = layout.data_size * accum  # one data shard per (data rank, micro-step)
     loaders = [
         make_loader(
@@ -492,6 +498,7 @@ def setup_training(
         num_steps,
         n_slots,
         loaders,
+        n_scaling,
     )
 
 
@@ -505,7 +512,8 @@ def describe(
     moe = f", MoE {t.moe}" if t.moe else ""
     tokens = t.num_steps * t.tokens_per_step
     return (
-        f"model: depth {cfg.depth}, n_embd {t.gcfg.n_embd}, {t.gcfg.n_layer} layers{moe}, {t.n_params:,} params, "
+        f"model: depth {cfg.depth}, n_embd {t.gcfg.n_embd}, {t.gcfg.n_layer} layers{moe}, {t.n_params:,} params "
+        f"({t.n_scaling_params:,} scaling), "
         f"{t.flops_per_token / 1e6:.1f} MFLOPs/token | vocab {t.tok.vocab_size} | world {world}: {layout} | "
         f"accum {t.accum}, {t.tokens_per_step:,} tokens/step, {t.num_steps} steps ({tokens:,} tokens) | "
         f"dtype {COMPUTE_DTYPE}"

@@ -7,7 +7,7 @@ Docs: https://nanolit.github.io/nanolit/run.html.md"""
 # %% ../nbs/10b_run.ipynb #4a96234d
 from __future__ import annotations
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +16,7 @@ import torch.distributed as dist
 from fastcore.basics import patch
 from tqdm.auto import tqdm
 
+from .model import GPTConfig
 from .core import dist_init
 from .core import git_commit
 from .core import print0
@@ -124,6 +125,7 @@ def check_model_config(
     saved = meta.get("model_config")
     if saved is None:
         raise ValueError(f"{ckpt_dir}: meta.json has no model_config; not a nanolit training checkpoint")
+    saved = {f.name: f.default for f in fields(GPTConfig)} | saved  # a field newer than the checkpoint: its default
     diff = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in model_config.items() if saved.get(k) != v]
     if diff:
         old = meta.get("config") or {}

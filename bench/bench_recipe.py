@@ -1,0 +1,56 @@
+"""What each issue-16 recipe piece costs in training throughput on this machine: ms per optimizer step of the
+cpu.sh model (depth 4, T 256, B 16) with one piece switched on, against today's step, measured in the same run,
+interleaved (rounds of every variant, median per variant) so load drifts hit all alike.
+Usage: python bench/bench_recipe.py [--depth 4] [--rounds 5]"""
+import argparse
+import statistics
+import time
+from dataclasses import replace
+
+import torch
+
+from nanolit.model import GPTConfig, build_model
+from nanolit.optim import build_optimizer
+
+VARIANTS = {  # name -> (model fields, optimizer keywords)
+    "today": ({}, {}),
+    "smear": (dict(smear=True), {}),
+    "backout": (dict(backout=True), {}),
+    "polar_express": ({}, dict(muon_method="polar_express")),
+    "normuon": ({}, dict(normuon=True)),
+    "cautious_wd": ({}, dict(weight_decay=0.1, cautious_wd=True)),
+    "all": (dict(smear=True, backout=True), dict(muon_method="polar_express", normuon=True, weight_decay=0.1,
+                                                 cautious_wd=True)),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--depth", type=int, default=4); ap.add_argument("--T", type=int, default=256)
+    ap.add_argument("--B", type=int, default=16); ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--rounds", type=int, default=5); ap.add_argument("--steps", type=int, default=2)
+    a = ap.parse_args()
+    base = GPTConfig.from_depth(a.depth, vocab_size=a.vocab, sequence_len=a.T, head_dim=64)
+    x = torch.randint(0, a.vocab, (a.B, a.T)); y = torch.randint(0, a.vocab, (a.B, a.T))
+    runs = {}
+    for name, (mk, ok) in VARIANTS.items():
+        torch.manual_seed(0)
+        m = build_model(replace(base, **mk), "cpu")
+        runs[name] = (m, build_optimizer(m.param_groups(), model_dim=base.n_embd, **ok))
+    times = {n: [] for n in runs}
+    for r in range(a.rounds + 1):
+        for name, (m, opt) in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(a.steps):
+                m(x, y).backward(); opt.step(); m.zero_grad(set_to_none=True)
+            if r:  # round 0 warms up
+                times[name].append((time.perf_counter() - t0) / a.steps)
+    ref = statistics.median(times["today"])
+    print(f"depth {a.depth}, B={a.B}, T={a.T}, {torch.get_num_threads()} threads, {a.rounds} rounds of {a.steps} steps")
+    for name, ts in times.items():
+        t = statistics.median(ts)
+        print(f"{name:14s} {t * 1e3:8.1f} ms/step  {a.B * a.T / t:8,.0f} tok/s  {ref / t:5.3f}x today's throughput")
+
+
+if __name__ == "__main__":
+    main()

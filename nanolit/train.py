@@ -557,6 +557,11 @@ def resume_training(
     if meta.get("moe") != t.moe:
         raise ValueError(f"cannot resume from {run.dir}: its MoE settings are {meta.get('moe')}, this run's {t.moe}")
     check_resume(meta, t.n_slots, run.world, t.accum)
+    old = meta.get("config") or {}
+    for k, before in (("long_docs", old.get("long_docs", "split")), ("tail_share", old.get("tail_share", 0.5))):
+        if getattr(run.cfg, k) != before and (k == "long_docs" or run.cfg.long_docs == "mix"):
+            flag = f"--{k.replace('_', '-')}"
+            raise ValueError(f"cannot resume from {run.dir}: it was trained with {flag} {before}; resume with it")
     load_train_state(run, layout, t, step, meta)
     for a, loader in enumerate(t.loaders):
         loader.load_state_dict(meta["loader_states"][layout.data_rank * t.accum + a])

@@ -108,6 +108,10 @@ def check_values(
             cfg.bad(n, "must be a finite number >= 0")
     if not cfg.target_param_data_ratio > 0:
         cfg.bad("target_param_data_ratio", "must be > 0")
+    if not (isinstance(cfg.tail_share, (int, float)) and 0 <= cfg.tail_share < 1):
+        cfg.bad("tail_share", "must be in [0, 1)")
+    if cfg.long_docs not in ("mix", "split", "crop"):
+        cfg.bad("long_docs", "must be mix, split or crop")
     if cfg.dp_mode not in DP_MODES:
         raise ValueError(f"dp_mode must be one of {DP_MODES}, got {cfg.dp_mode!r}")
     if cfg.pp_schedule not in PIPELINE_SCHEDULES:

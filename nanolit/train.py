@@ -74,8 +74,8 @@ class TrainConfig(OptimConfig, RunConfig):
     eval_tokens: int = 65536  # val tokens per periodic eval: the first ceil(eval_tokens / T) val rows, at any layout
     sample_every: int = -1  # steps between samples (-1: only at the end)
     loader_buffer: int = 1000  # documents each loader buffers for best-fit packing (small: faster start, looser)
-    long_docs: Literal["mix", "split", "crop"] = "split"  # long documents: heads + tails (02), pieces, crop
-    tail_share: float = 0.5  # with long_docs mix: the share of rows cut from documents' tails
+    long_docs: Literal["mix", "split", "crop"] = "mix"  # long documents: heads + tails (02), pieces, crop
+    tail_share: float = 0.3  # with long_docs mix: the share of rows cut from documents' tails
     allow_long_sequence: bool = False  # permit sequence_len above MAX_SEQUENCE_LEN (65536)
     compile: bool = False  # torch.compile the model (minutes of cold compile on a CPU)
     data_dir: str = ""  # default $NANOLIT_BASE_DIR/data

@@ -21,9 +21,9 @@ from .core import detect_compute_dtype
 from .attention import attention
 
 # %% auto #0
-__all__ = ['LOSS_CHUNK_BYTES', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear', 'rotary_tables', 'apply_rotary',
-           'CausalSelfAttention', 'MLP', 'Block', 'KVCache', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding',
-           'GPT', 'build_model', 'generate']
+__all__ = ['VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES', 'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear',
+           'rotary_tables', 'apply_rotary', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache', 'ChunkedLMLoss',
+           'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model', 'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 @dataclass
@@ -42,6 +42,8 @@ class GPTConfig:
     rope_base: float = 10000.0  # RoPE base theta (Su et al. 2021 use 10000; longer contexts often use 100000+)
     smear: bool = False  # add a gated fraction of the previous token's embedding to each position's
     backout: bool = False  # subtract a learned fraction of the half-depth residual before the final norm
+    qk_gain: bool = False  # a learned gain per query head after QK-norm (init 1: the plain model)
+    ve_gate_input: bool = False  # value-embedding gate 2 sigmoid(W x[:32]) per KV head, from the input (W zero: 1)
 
     def __post_init__(self):
         for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd"):
@@ -138,6 +140,9 @@ def apply_rotary(
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 # %% ../nbs/04_model.ipynb #7b9a89db
+VE_GATE_CHANNELS = 32  # input channels an input-dependent value-embedding gate reads (nanochat's choice)
+
+
 class CausalSelfAttention(nn.Module):
     "Causal self-attention with GQA, RoPE, QK-norm, a sliding window and an optional gated value embedding."
 
@@ -159,7 +164,9 @@ class CausalSelfAttention(nn.Module):
         self.c_k = Linear(d, self.n_kv_head * self.head_dim)
         self.c_v = Linear(d, self.n_kv_head * self.head_dim)
         self.c_proj = Linear(self.n_head * self.head_dim, d)
-        self.ve_gate = nn.Parameter(torch.empty(self.n_kv_head)) if has_ve else None  # per KV head, on the ve
+        gate_shape = (self.n_kv_head, min(VE_GATE_CHANNELS, d)) if config.ve_gate_input else (self.n_kv_head,)
+        self.ve_gate = nn.Parameter(torch.empty(gate_shape)) if has_ve else None  # per KV head, on the ve
+        self.q_gain = nn.Parameter(torch.empty(self.n_head)) if config.qk_gain else None  # per query head
         self.attn_fn = attention  # swap for `attention_naive` to check the model against the reference loop
 
     def forward(
@@ -177,8 +184,15 @@ class CausalSelfAttention(nn.Module):
         k = self.c_k(x).view(B, T, self.n_kv_head, self.head_dim)
         v = self.c_v(x).view(B, T, self.n_kv_head, self.head_dim)
         if ve is not None:
-            v = v + self.ve_gate.to(v.dtype)[:, None] * ve.view(B, T, self.n_kv_head, self.head_dim)
+            g = self.ve_gate.to(v.dtype)
+            if g.ndim == 2:  # from the input: 2 sigmoid(W x[:C]), (B, T, n_kv_head, 1)
+                g = 2 * torch.sigmoid(x[..., : g.size(1)] @ g.T)[..., None]
+            else:  # one learned number per KV head, (n_kv_head, 1)
+                g = g[:, None]
+            v = v + g * ve.view(B, T, self.n_kv_head, self.head_dim)
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # RoPE, then QK-norm (they commute)
+        if self.q_gain is not None:  # scales q . k per head: a learned attention temperature
+            q = q * self.q_gain.to(q.dtype)[:, None]
         if kv_cache is not None:
             k, v = kv_cache.update(self.layer_idx, k, v)
         y = self.attn_fn(q, k, v, window)
@@ -335,6 +349,7 @@ def has_value_embedding(layer_idx: int, n_layer: int) -> bool:
     return (n_layer - 1 - layer_idx) % 2 == 0
 
 
+RECIPE_SCALARS = ("smear_gate", "smear_lambda", "backout_lambda")  # the GPT's optional scalars (smear, backout)
 SMEAR_CHANNELS = 24  # channels of x_t the smear gate reads (nanochat's choice)
 
 
@@ -382,12 +397,14 @@ def init_weights(self: GPT):
             nn.init.uniform_(lin.weight, -a, a)
         nn.init.zeros_(b.attn.c_proj.weight)
         nn.init.zeros_(b.mlp.c_proj.weight)
-        if b.attn.ve_gate is not None:
-            b.attn.ve_gate.fill_(0.5)
+        if b.attn.ve_gate is not None:  # static: 0.5; from the input: W = 0, so 2 sigmoid(0) = 1
+            b.attn.ve_gate.fill_(0.5) if b.attn.ve_gate.ndim == 1 else b.attn.ve_gate.zero_()
+        if b.attn.q_gain is not None:
+            b.attn.q_gain.fill_(1.0)
     nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
     self.resid_lambdas.fill_(1.0)
     self.x0_lambdas.fill_(0.0)
-    for name in ("smear_gate", "smear_lambda", "backout_lambda"):  # zero: both pieces start switched off
+    for name in RECIPE_SCALARS:  # zero: both pieces start switched off
         if hasattr(self, name):
             getattr(self, name).zero_()
     cos, sin = rotary_tables(c.sequence_len, c.head_dim, c.rope_base, device=self.cos.device)
@@ -414,7 +431,7 @@ def param_groups(self: GPT) -> dict[str, list[nn.Parameter]]:
         embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],
         lm_head=[self.lm_head.weight],
         scalar=[self.resid_lambdas, self.x0_lambdas]
-        + [getattr(self, n) for n in ("smear_gate", "smear_lambda", "backout_lambda") if hasattr(self, n)]
+        + [getattr(self, n) for n in RECIPE_SCALARS if hasattr(self, n)]
         + [p for b in self.blocks for p in b.parameters() if p.ndim < 2],
     )
 

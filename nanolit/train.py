@@ -34,13 +34,13 @@ from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_b
 from .run import Run, RunConfig, check_resume
 
 # %% auto #0
-__all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'SAMPLE_PROMPTS', 'main',
-           'TrainConfig', 'check_values', 'check_layout', 'microbatches', 'validate_config', 'activation_bytes',
-           'train_state_bytes', 'device_memory_bytes', 'check_memory', 'model_config', 'train_memory_bytes',
-           'grad_accum_steps', 'horizon', 'mfu', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup',
-           'build_train_model', 'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective',
-           'micro_steps', 'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training',
-           'finish_training', 'train_sample', 'train']
+__all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'BATCH_REF', 'BATCH_EXPONENT',
+           'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values', 'check_layout', 'microbatches', 'validate_config',
+           'activation_bytes', 'train_state_bytes', 'device_memory_bytes', 'check_memory', 'model_config',
+           'train_memory_bytes', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling',
+           'mfu', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'build_train_model', 'setup_training',
+           'describe', 'load_train_state', 'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule',
+           'Meter', 'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -53,9 +53,15 @@ class TrainConfig(OptimConfig, RunConfig):
     window_pattern: str = "SSSL"  # S = short (sliding) window, L = full context, tiled over layers
     smear: bool = False  # token smear: each position gets a gated part of the previous token's embedding (04)
     backout: bool = False  # subtract a learned part of the half-depth residual before the final norm (04)
+    qk_gain: bool = False  # a learned gain per query head after QK-norm (04)
+    ve_gate_input: bool = False  # value-embedding gates computed from the input, not one number per head (04)
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
+    lr_ref_batch: int = (
+        524288  # tokens a step the default lrs were tuned at; an automatic batch scales lrs by sqrt(B/it)
+    )
+    wd_tau: float = 0.0  # > 0: weight decay 1/(matrix_lr x wd_tau x steps), the decay's timescale as a run fraction
     warmup_steps: int = 0  # steps of linear learning-rate warmup from 0
     final_lr_frac: float = 0.0  # learning rate at the end of the warmdown, as a fraction of the peak
     grad_clip: float = 0.0  # clip the global grad norm (after sync); 0 = off
@@ -86,7 +92,7 @@ POSITIVE = ("depth", "aspect_ratio", "head_dim", "sequence_len", "eval_tokens", 
 POSITIVE += ("cp", "moe_top_k")  # ints >= 1
 AUTO = ("total_batch_size", "sample_every", "microbatches", "moe_hidden")  # -1 (derived) or ints >= 1
 RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac")
-RATES += ("warmup_steps", "moe_aux_coef")  # finite numbers >= 0
+RATES += ("warmup_steps", "moe_aux_coef", "lr_ref_batch", "wd_tau")  # finite numbers >= 0
 
 
 def check_values(
@@ -147,8 +153,9 @@ def check_layout(
         if getattr(cfg, n) > 1 and cfg.compile and n != "tp":
             cfg.bad("compile", f"is not supported with --{n} > 1")
     for n in ("tp", "pp", "cp"):
-        if getattr(cfg, n) > 1 and (cfg.smear or cfg.backout):
-            cfg.bad("smear" if cfg.smear else "backout", f"is not in the --{n} forward yet (only the GPT's own)")
+        for piece in ("smear", "backout", "qk_gain", "ve_gate_input"):
+            if getattr(cfg, n) > 1 and getattr(cfg, piece):
+                cfg.bad(piece, f"is not in the --{n} forward yet (only the GPT's own)")
     if cfg.normuon and (cfg.dp_mode not in ("naive", "ddp") or max(cfg.tp, cfg.pp, cfg.cp, cfg.ep) > 1):
         cfg.bad("normuon", "its per-neuron state is not sharded yet: use it with --dp-mode naive or ddp alone")
     if cfg.sp and cfg.tp == 1:
@@ -291,6 +298,8 @@ def model_config(
         window_pattern=cfg.window_pattern,
         smear=cfg.smear,
         backout=cfg.backout,
+        qk_gain=cfg.qk_gain,
+        ve_gate_input=cfg.ve_gate_input,
     )
 
 
@@ -346,6 +355,65 @@ def horizon(
 ) -> int:
     "Optimizer steps: `num_iterations` if > 0, else ceil(ratio * n_params / tokens_per_step)."
     return num_iterations if num_iterations > 0 else max(1, math.ceil(ratio * n_params / tokens_per_step))
+
+# %% ../nbs/11_train.ipynb #7a6d8e70
+BATCH_REF = (11.2e9, 2**19)  # (D tokens, B tokens a step): nanochat's d20 speedrun (561M params x 20 tokens each)
+BATCH_EXPONENT = 0.383  # Power Lines (Bergsma et al. 2025): B_opt ~ D^0.383, independent of the model size
+
+
+def optimal_batch_size(
+    tokens: float,  # the horizon's tokens D
+    per_step: int,  # tokens of one micro-step on all data ranks (B*T*ranks): the result is a multiple of it
+    ref: tuple[float, int] = BATCH_REF,  # (D_ref, B_ref)
+    exponent: float = BATCH_EXPONENT,
+) -> int:  # tokens per optimizer step: per_step * 2**k, k >= 0
+    "Power Lines' batch B_ref * (D / D_ref)**exponent, rounded (in log2) to a power-of-two multiple of `per_step`."
+    b = ref[1] * (tokens / ref[0]) ** exponent
+    return per_step * 2 ** max(0, round(math.log2(b / per_step)))
+
+
+@dataclass
+class ScalingPlan:
+    "A run's horizon, batch, lr multiplier and weight decay, with how each was decided (`plan_scaling`)."
+
+    n_scaling_params: int  # N: matrices + lm head
+    tokens: int  # D = steps x batch: the tokens the run trains on
+    total_batch_size: int  # tokens per optimizer step
+    num_steps: int  # S, the horizon
+    lr_scale: float  # every lr times this
+    weight_decay: float  # lambda
+    rules: str  # how, in words
+
+    def __str__(self) -> str:
+        return (
+            f"scaling: N {self.n_scaling_params:,} | D {self.tokens:,} tokens | batch {self.total_batch_size:,} | "
+            f"{self.num_steps:,} steps | lr x {self.lr_scale:.3g} | weight decay {self.weight_decay:.3g} ({self.rules})"
+        )
+
+
+def plan_scaling(
+    cfg: TrainConfig,  # num_iterations, total_batch_size, target_param_data_ratio, lr_ref_batch, wd_tau, matrix_lr
+    n_scaling: int,  # `GPT.num_scaling_params`
+    per_step: int,  # tokens of one micro-step on all data ranks (B*T*ranks)
+) -> ScalingPlan:
+    "The horizon, batch, lr multiplier and weight decay of a run: `cfg`'s own values, or the scaling rules above."
+    auto = cfg.num_iterations == -1 and cfg.total_batch_size == -1
+    if auto:
+        target = cfg.target_param_data_ratio * n_scaling
+        batch = optimal_batch_size(target, per_step)
+        rules = f"D = {cfg.target_param_data_ratio:g} x N, batch by Power Lines"
+    else:
+        batch = per_step if cfg.total_batch_size == -1 else cfg.total_batch_size
+        rules = "batch as given" if cfg.total_batch_size != -1 else "batch B*T*ranks"
+    steps = horizon(cfg.num_iterations, n_scaling, batch, cfg.target_param_data_ratio)
+    lr_scale = math.sqrt(batch / cfg.lr_ref_batch) if auto and cfg.lr_ref_batch > 0 else 1.0
+    if auto and cfg.lr_ref_batch > 0:
+        rules += f", lr x sqrt(B / {cfg.lr_ref_batch:,})"
+    wd = cfg.weight_decay
+    if cfg.wd_tau > 0:
+        wd = 1 / (cfg.matrix_lr * lr_scale * cfg.wd_tau * steps)
+        rules += f", weight decay 1 / (lr x {cfg.wd_tau:g} x S)"
+    return ScalingPlan(n_scaling, steps * batch, batch, steps, lr_scale, wd, rules)
 
 # %% ../nbs/11_train.ipynb #5e3fd746
 def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:
@@ -426,6 +494,7 @@ class TrainSetup:
     n_slots: int  # data shards: data ranks x accum
     loaders: list  # this rank's train loaders, one per micro-step
     n_scaling_params: int = 0  # matrices + lm head (`GPT.num_scaling_params`): what the horizon counts
+    plan: ScalingPlan | None = None  # how the horizon, batch, lrs and decay were decided (`plan_scaling`)
 
 
 def build_train_model(
@@ -464,10 +533,11 @@ def setup_training(
     n_params, n_scaling = model.num_params(), model.num_scaling_params()  # the whole model's, before any split
     step_model = layout.prepare(model)  # before the optimizer: it must see the shards
     step_model = torch.compile(step_model, dynamic=False) if cfg.compile else step_model
-    opt = layout.optimizer(build_optimizer(layout.param_groups(model), **cfg.optimizer_kwargs(), model_dim=gcfg.n_embd))
-    accum = grad_accum_steps(cfg.total_batch_size, B, T, layout.data_size)
-    tokens_per_step = B * T * layout.data_size * accum
-    num_steps = horizon(cfg.num_iterations, n_scaling, tokens_per_step, cfg.target_param_data_ratio)
+    plan = plan_scaling(cfg, n_scaling, B * T * layout.data_size)  # horizon, batch, lr and decay (the rules above)
+    kwargs = cfg.optimizer_kwargs(plan.lr_scale) | dict(weight_decay=plan.weight_decay)
+    opt = layout.optimizer(build_optimizer(layout.param_groups(model), **kwargs, model_dim=gcfg.n_embd))
+    accum = grad_accum_steps(plan.total_batch_size, B, T, layout.data_size)
+    tokens_per_step, num_steps = plan.total_batch_size, plan.num_steps
     n_slots = layout.data_size * accum  # one data shard per (data rank, micro-step)
     loaders = [
         make_loader(
@@ -503,6 +573,7 @@ def setup_training(
         n_slots,
         loaders,
         n_scaling,
+        plan,
     )
 
 
@@ -816,6 +887,7 @@ def train(
     if (finished := run.complete(start, t.num_steps)) is not None:  # e.g. a pipeline script run again
         return finished
     print0(describe(cfg, t, layout, run.world))
+    print0(t.plan)
     iters = [iter(loader) for loader in t.loaders]
     meter = Meter(start, t.tokens_per_step, t.flops_per_token, get_peak_flops(run.device) * run.world)
     run.start(t.num_steps, start)

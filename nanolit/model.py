@@ -44,9 +44,10 @@ class GPTConfig:
     backout: bool = False  # subtract a learned fraction of the half-depth residual before the final norm
     qk_gain: bool = False  # a learned gain per query head after QK-norm (init 1: the plain model)
     ve_gate_input: bool = False  # value-embedding gate 2 sigmoid(W x[:32]) per KV head, from the input (W zero: 1)
+    pad_vocab_to: int = 1  # lm head rows rounded up to a multiple of this (64: whole GPU tiles); pads never scored
 
     def __post_init__(self):
-        for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd"):
+        for name in ("sequence_len", "vocab_size", "n_layer", "n_head", "n_kv_head", "n_embd", "pad_vocab_to"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.n_embd % self.n_head:
@@ -62,6 +63,11 @@ class GPTConfig:
             self.short_window = max(1, self.sequence_len // 4)
         if self.short_window < 1:
             raise ValueError(f"short_window must be >= 1, got {self.short_window}")
+
+    @property
+    def padded_vocab(self) -> int:
+        "Rows of the lm head (int): `vocab_size` rounded up to a multiple of `pad_vocab_to`."
+        return -(-self.vocab_size // self.pad_vocab_to) * self.pad_vocab_to
 
     @property
     def head_dim(self) -> int:
@@ -273,31 +279,34 @@ def _loss_dtype(h: Tensor) -> torch.dtype:
     return torch.float64 if h.dtype == torch.float64 else torch.float32
 
 
-def _block_logits(h: Tensor, w: Tensor, softcap: float) -> tuple[Tensor, Tensor | None]:
-    "fp32 (fp64 for fp64 h) logits c*tanh(h W^T / c) of a block of rows, and tanh's output; the matmul as `Linear`."
+def _block_logits(h: Tensor, w: Tensor, softcap: float, n_valid: int | None = None) -> tuple[Tensor, Tensor | None]:
+    "fp32 (fp64 for fp64 h) logits c*tanh(h W^T / c) of a block of rows (columns >= n_valid: -inf), and tanh's output."
     z = F.linear(h, w.to(h.dtype)).to(_loss_dtype(h))
+    t = None
     if softcap > 0:
         t = torch.tanh(z / softcap)
-        return softcap * t, t
-    return z, None
+        z = softcap * t
+    if n_valid is not None and n_valid < z.size(1):  # the head's padding rows: probability 0, gradient 0
+        z[:, n_valid:] = float("-inf")
+    return z, t
 
 # %% ../nbs/04_model.ipynb #a9ca3460
 class ChunkedLMLoss(torch.autograd.Function):
     "Per-position cross-entropy of softcapped logits h W^T, block by block; saves h, W, targets and the log-sum-exps."
 
     @staticmethod
-    def forward(ctx, h, weight, targets, softcap, chunk_rows):
+    def forward(ctx, h, weight, targets, softcap, chunk_rows, n_valid):
         losses = torch.zeros(h.size(0), dtype=_loss_dtype(h), device=h.device)
         lses = torch.empty_like(losses)
         for i in range(0, h.size(0), chunk_rows):
-            logits, _ = _block_logits(h[i : i + chunk_rows], weight, softcap)
+            logits, _ = _block_logits(h[i : i + chunk_rows], weight, softcap, n_valid)
             y = targets[i : i + chunk_rows]
             lse = torch.logsumexp(logits, dim=-1)
             lses[i : i + chunk_rows] = lse
             picked = logits.gather(1, y.clamp(min=0)[:, None])[:, 0]
             losses[i : i + chunk_rows] = torch.where(y >= 0, lse - picked, 0.0)
         ctx.save_for_backward(h, weight, targets, lses)
-        ctx.softcap, ctx.chunk_rows = softcap, chunk_rows
+        ctx.softcap, ctx.chunk_rows, ctx.n_valid = softcap, chunk_rows, n_valid
         return losses
 
     @staticmethod
@@ -309,7 +318,7 @@ class ChunkedLMLoss(torch.autograd.Function):
         wd = weight.to(h.dtype)
         for i in range(0, h.size(0), rows):
             hb, y = h[i : i + rows], targets[i : i + rows]
-            logits, t = _block_logits(hb, weight, sc)
+            logits, t = _block_logits(hb, weight, sc, ctx.n_valid)
             g = torch.exp(logits - lses[i : i + rows, None])  # softmax
             g.scatter_add_(1, y.clamp(min=0)[:, None], -torch.ones_like(g[:, :1]))  # p - onehot(y)
             g *= torch.where(y >= 0, grad_losses[i : i + rows].to(g.dtype), 0.0)[:, None]
@@ -320,7 +329,7 @@ class ChunkedLMLoss(torch.autograd.Function):
                 grad_h[i : i + rows] = g @ wd
             if grad_w is not None:
                 grad_w += (g.t() @ hb).to(grad_w.dtype)
-        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None
+        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None
 
 # %% ../nbs/04_model.ipynb #22c0645e
 def chunked_lm_loss(
@@ -330,6 +339,7 @@ def chunked_lm_loss(
     softcap: float = 0.0,  # c; 0: no softcap
     reduction: str = "mean",  # 'none' ((N,) fp32, 0 where ignored), 'sum', or 'mean' over non-ignored positions
     chunk_rows: int | None = None,  # positions per block; default LOSS_CHUNK_BYTES // (4 V)
+    n_valid: int | None = None,  # real vocabulary rows of `weight` (the rest is padding, never scored); None: all
 ) -> Tensor:
     "`F.cross_entropy` of the fp32 logits c*tanh(h W^T / c), gradients included, never holding the (N, V) logits."
     if reduction not in ("mean", "sum", "none"):
@@ -338,7 +348,10 @@ def chunked_lm_loss(
         shapes = f"{tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}"
         raise ValueError(f"need h (N, d), weight (V, d), targets (N,); got {shapes}")
     rows = chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * weight.size(0)))
-    losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows))
+    n_valid = weight.size(0) if n_valid is None else n_valid
+    if not 0 < n_valid <= weight.size(0):
+        raise ValueError(f"n_valid must be in [1, {weight.size(0)}] (the head's rows), got {n_valid}")
+    losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows), int(n_valid))
     if reduction == "none":
         return losses
     return losses.sum() if reduction == "sum" else losses.sum() / (targets >= 0).sum()
@@ -361,7 +374,7 @@ class GPT(nn.Module):
         self.config = config
         c, V = config, config.vocab_size
         self.windows = c.layer_windows()
-        self.wte = nn.Embedding(V, c.n_embd)
+        self.wte = nn.Embedding(V, c.n_embd)  # pads are never looked up: only the head is padded
         self.blocks = nn.ModuleList(Block(c, i, has_value_embedding(i, c.n_layer)) for i in range(c.n_layer))
         self.value_embeds = nn.ModuleDict(
             {
@@ -370,7 +383,7 @@ class GPT(nn.Module):
                 if has_value_embedding(i, c.n_layer)
             }
         )
-        self.lm_head = Linear(c.n_embd, V)  # untied from wte
+        self.lm_head = Linear(c.n_embd, c.padded_vocab)  # untied from wte; padded rows never scored or sampled
         self.resid_lambdas = nn.Parameter(torch.empty(c.n_layer))
         self.x0_lambdas = nn.Parameter(torch.empty(c.n_layer))
         if c.smear:  # gate weights on the first SMEAR_CHANNELS channels, and the overall fraction
@@ -484,9 +497,12 @@ def forward(
     sc = self.config.logit_softcap
     if targets is not None and not isinstance(self.lm_head.weight, DTensor):
         # the loss block by block, never the whole (B T, V) fp32 logits: chunked_lm_loss
-        loss = chunked_lm_loss(norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), sc, loss_reduction)
+        h, w, y, V = norm(x).reshape(B * T, -1), self.lm_head.weight, targets.reshape(-1), self.config.vocab_size
+        loss = chunked_lm_loss(h, w, y, sc, loss_reduction, n_valid=V)
         return loss.view(B, T) if loss_reduction == "none" else loss
     logits = self.lm_head(norm(x))  # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
+    if logits.size(-1) > self.config.vocab_size:  # the head's padding: sliced off, never sampled or scored
+        logits = logits[..., : self.config.vocab_size]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for an fp64 model), as the loss
     logits = sc * torch.tanh(logits / sc)
     if targets is None:

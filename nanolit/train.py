@@ -55,6 +55,7 @@ class TrainConfig(OptimConfig, RunConfig):
     backout: bool = False  # subtract a learned part of the half-depth residual before the final norm (04)
     qk_gain: bool = False  # a learned gain per query head after QK-norm (04)
     ve_gate_input: bool = False  # value-embedding gates computed from the input, not one number per head (04)
+    pad_vocab_to: int = 1  # lm head rows rounded up to a multiple of this (64 for GPU tiles); pads never scored (04)
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
@@ -89,7 +90,7 @@ class TrainConfig(OptimConfig, RunConfig):
 # %% ../nbs/11_train.ipynb #6c1e06dd
 MAX_SEQUENCE_LEN = 65536
 POSITIVE = ("depth", "aspect_ratio", "head_dim", "sequence_len", "eval_tokens", "loader_buffer", "tp", "pp", "ep")
-POSITIVE += ("cp", "moe_top_k")  # ints >= 1
+POSITIVE += ("cp", "moe_top_k", "pad_vocab_to")  # ints >= 1
 AUTO = ("total_batch_size", "sample_every", "microbatches", "moe_hidden")  # -1 (derived) or ints >= 1
 RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac")
 RATES += ("warmup_steps", "moe_aux_coef", "lr_ref_batch", "wd_tau")  # finite numbers >= 0
@@ -300,6 +301,7 @@ def model_config(
         backout=cfg.backout,
         qk_gain=cfg.qk_gain,
         ve_gate_input=cfg.ve_gate_input,
+        pad_vocab_to=cfg.pad_vocab_to,
     )
 
 
@@ -524,6 +526,11 @@ def setup_training(
     tok = get_tokenizer(cfg.tokenizer_dir or None)
     token_bytes = tok.token_bytes().to(run.device)
     gcfg = model_config(cfg, tok.vocab_size)
+    if gcfg.padded_vocab != gcfg.vocab_size and max(cfg.tp, cfg.pp, cfg.cp) > 1:
+        raise ValueError(
+            f"--pad-vocab-to {cfg.pad_vocab_to} pads the vocab {gcfg.vocab_size} to {gcfg.padded_vocab}: "
+            "not in the --tp/--pp/--cp forwards yet; use --pad-vocab-to 1 there"
+        )
     what = f"training (B {B} x T {T}, {gcfg.n_layer} layers of width {gcfg.n_embd}, vocab {gcfg.vocab_size}, "
     need = train_memory_bytes(cfg, gcfg.vocab_size, layout.mesh.size("dp"))
     note = check_memory(need, device_memory_bytes(run.device), f"{what}{COMPUTE_DTYPE}) on {run.device}")

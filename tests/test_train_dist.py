@@ -40,17 +40,20 @@ def test_dp_equals_single_process(tiny_base_dir, world, accum):
 
 
 RECIPE = dict(smear=True, backout=True, long_docs="mix", tail_share=0.3, muon_method="polar_express",
-              weight_decay=0.1, cautious_wd=True)
+              weight_decay=0.1, cautious_wd=True, qk_gain=True, ve_gate_input=True, pad_vocab_to=64)
 
 
 @pytest.mark.parametrize("dp_mode,extra", [("naive", dict(normuon=True)), ("zero1", {})])
 def test_dp_equals_single_process_with_the_recipe_pieces(tiny_base_dir, dp_mode, extra):
-    """Issue 16's pieces on (smear, backout, the head/tail loader, Polar Express, cautious decay; NorMuon where its
-    state is unsharded): world 2 equals one process with the same total batch, float64."""
+    """Issue 16's pieces on (smear, backout, QK gain, input value-embedding gates, a padded head, the head/tail
+    loader, Polar Express, cautious decay; NorMuon where its state is unsharded): world 2 equals one process with the
+    same total batch, float64."""
     total = SMALL["device_batch_size"] * SMALL["sequence_len"] * 2
     kw = dict(total_batch_size=total, **RECIPE, **extra)
     ref_losses, ref_sd, _ = _train(tiny_base_dir, f"ref_recipe_{dp_mode}", **kw)
-    assert {"smear_gate", "smear_lambda", "backout_lambda"} <= set(ref_sd)
+    assert {"smear_gate", "smear_lambda", "backout_lambda", "blocks.0.attn.q_gain"} <= set(ref_sd)
+    head, vocab = ref_sd["lm_head.weight"].shape[0], ref_sd["wte.weight"].shape[0]
+    assert head % 64 == 0 and head > vocab and any(v.ndim == 2 for k, v in ref_sd.items() if "ve_gate" in k)
     outs = run_distributed(_train, 2, tiny_base_dir, f"dp_recipe_{dp_mode}", dp_mode=dp_mode, timeout=300, **kw)
     losses, sd, _ = outs[0]
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), atol=1e-5, rtol=1e-5)

@@ -739,7 +739,7 @@ def load_model(
     if not d.is_dir() or not list_checkpoints(d):
         raise FileNotFoundError(
             f"no checkpoint in {d}: train one first with `{stage_command(stage)} --tag {tag}`"
-            " (or point --source-tag / --tag at an existing one)"
+            " (or point --tag, or SFT and RL's --source-tag, at an existing one)"
         )
     sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
     if "model_config" not in meta:

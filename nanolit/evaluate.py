@@ -239,6 +239,8 @@ def run_base(model, tok, meta: dict, stage: str, tag: str, max_per_task, tasks) 
     "`eval_base` for the command line: (result, summary line); FileNotFoundError if no CORE task is built."
     res = eval_base(model, tok, max_per_task, tasks)
     if not res["rows"]:
+        if res["bpb"]:  # measured already: print it before the error, so the minutes spent on it are not lost
+            print0(base_title(res).split(", ", 1)[1])
         raise FileNotFoundError(
             f"no CORE eval data under {eval_data_dir()}; build it first with `nanolit-eval data` "
             "(or `python -m nanolit.evaluate base --build`)"

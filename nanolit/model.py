@@ -59,6 +59,8 @@ class GPTConfig:
         if not self.window_pattern or set(self.window_pattern.upper()) - {"S", "L"}:
             raise ValueError(f"window_pattern must be a non-empty string of S and L, got {self.window_pattern!r}")
         self.window_pattern = self.window_pattern.upper()
+        if self.pad_vocab_to > 4096:
+            raise ValueError(f"pad_vocab_to must be <= 4096 (64 or 128 fill GPU tiles), got {self.pad_vocab_to}")
         if self.short_window is None:
             self.short_window = max(1, self.sequence_len // 4)
         if self.short_window < 1:
@@ -458,8 +460,9 @@ def num_params(self: GPT) -> int:
 @patch
 def num_scaling_params(self: GPT) -> int:
     "Parameters scaling laws count: the hidden matrices and the lm head, no embedding table (Kaplan et al. 2020)."
-    g = self.param_groups()
-    return sum(p.numel() for p in g["matrix"] + g["lm_head"])
+    g, c = self.param_groups(), self.config
+    pads = (c.padded_vocab - c.vocab_size) * c.n_embd  # a padded head's extra rows are never trained: not counted
+    return sum(p.numel() for p in g["matrix"] + g["lm_head"]) - pads
 
 # %% ../nbs/04_model.ipynb #a0217634
 @patch

@@ -130,6 +130,7 @@ def check_model_config(
     if diff:
         old = meta.get("config") or {}
         names = ("depth", "aspect_ratio", "head_dim", "window_pattern", "sequence_len")
+        names += tuple(k for k in model_config if saved.get(k) != model_config[k] and k not in names)  # what differs
         hint = ", ".join(f"--{k.replace('_', '-')} {old[k]}" for k in names if k in old)
         raise ValueError(
             f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "

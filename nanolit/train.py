@@ -59,9 +59,7 @@ class TrainConfig(OptimConfig, RunConfig):
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
-    lr_ref_batch: int = (
-        524288  # tokens a step the default lrs were tuned at; an automatic batch scales lrs by sqrt(B/it)
-    )
+    lr_ref_batch: int = 524288  # batch the lrs were tuned at; a planned batch B scales them by sqrt(B/this); 0: off
     wd_tau: float = 0.0  # > 0: weight decay 1/(matrix_lr x wd_tau x steps), the decay's timescale as a run fraction
     warmup_steps: int = 0  # steps of linear learning-rate warmup from 0
     final_lr_frac: float = 0.0  # learning rate at the end of the warmdown, as a fraction of the peak
@@ -113,8 +111,12 @@ def check_values(
         v = getattr(cfg, n)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             cfg.bad(n, "must be a finite number >= 0")
-    if not cfg.target_param_data_ratio > 0:
-        cfg.bad("target_param_data_ratio", "must be > 0")
+    if not 0 < cfg.target_param_data_ratio < math.inf:
+        cfg.bad("target_param_data_ratio", "must be a finite number > 0")
+    if cfg.wd_tau > 0 and not cfg.matrix_lr > 0:
+        cfg.bad("wd_tau", "sets the weight decay from the Muon lr: it needs --matrix-lr > 0")
+    if cfg.tail_share != TrainConfig.tail_share and cfg.long_docs != "mix":
+        cfg.bad("tail_share", f"only applies with --long-docs mix (this run: {cfg.long_docs})")
     if not (isinstance(cfg.tail_share, (int, float)) and 0 <= cfg.tail_share < 1):
         cfg.bad("tail_share", "must be in [0, 1)")
     if cfg.long_docs not in ("mix", "split", "crop"):
@@ -413,6 +415,8 @@ def plan_scaling(
         rules += f", lr x sqrt(B / {cfg.lr_ref_batch:,})"
     wd = cfg.weight_decay
     if cfg.wd_tau > 0:
+        if cfg.wd_tau * steps <= 1:  # lr x decay >= 1: each step would shrink the weights to zero or flip them
+            raise ValueError(f"--wd-tau {cfg.wd_tau:g} x {steps} steps <= 1: the decay would span less than a step")
         wd = 1 / (cfg.matrix_lr * lr_scale * cfg.wd_tau * steps)
         rules += f", weight decay 1 / (lr x {cfg.wd_tau:g} x S)"
     return ScalingPlan(n_scaling, steps * batch, batch, steps, lr_scale, wd, rules)
@@ -546,22 +550,17 @@ def setup_training(
     accum = grad_accum_steps(plan.total_batch_size, B, T, layout.data_size)
     tokens_per_step, num_steps = plan.total_batch_size, plan.num_steps
     n_slots = layout.data_size * accum  # one data shard per (data rank, micro-step)
-    loaders = [
-        make_loader(
-            tok,
-            B,
-            T,
-            "train",
-            rank=layout.data_rank * accum + a,
-            world_size=n_slots,
-            device=run.device,
-            data_dir=cfg.data_dir or None,
-            buffer_size=cfg.loader_buffer,
-            long_docs=cfg.long_docs,
-            tail_share=cfg.tail_share,
-        )
-        for a in range(accum)
-    ]
+    print0(plan)
+    slots = f"{n_slots} data shards ({layout.data_size} data ranks x {accum} accumulation steps of {B} x {T})"
+    try:
+        loaders = _train_loaders(cfg, tok, run, layout, accum, n_slots)
+    except ValueError as e:  # too few row groups for the shards: say where the shard count came from
+        if "cannot feed" not in str(e):
+            raise
+        raise ValueError(
+            f"{slots} for a batch of {tokens_per_step:,} tokens: {e}; for fewer shards lower --total-batch-size "
+            "or raise --device-batch-size"
+        ) from None
     params = layout.parameters(model)
     return TrainSetup(
         tok,
@@ -582,6 +581,27 @@ def setup_training(
         n_scaling,
         plan,
     )
+
+
+def _train_loaders(cfg, tok, run, layout, accum, n_slots):
+    "This rank's train loaders, one per micro-step: slot data_rank * accum + a of `n_slots`."
+    B, T = cfg.device_batch_size, cfg.sequence_len
+    return [
+        make_loader(
+            tok,
+            B,
+            T,
+            "train",
+            rank=layout.data_rank * accum + a,
+            world_size=n_slots,
+            device=run.device,
+            data_dir=cfg.data_dir or None,
+            buffer_size=cfg.loader_buffer,
+            long_docs=cfg.long_docs,
+            tail_share=cfg.tail_share,
+        )
+        for a in range(accum)
+    ]
 
 
 def describe(
@@ -639,6 +659,12 @@ def resume_training(
     if meta.get("moe") != t.moe:
         raise ValueError(f"cannot resume from {run.dir}: its MoE settings are {meta.get('moe')}, this run's {t.moe}")
     check_resume(meta, t.n_slots, run.world, t.accum)
+    if meta.get("tokens_per_step", t.tokens_per_step) != t.tokens_per_step:
+        raise ValueError(
+            f"cannot resume from {run.dir}: it trained with {meta['tokens_per_step']:,} tokens a step, this run would "
+            f"take {t.tokens_per_step:,}; resume with --total-batch-size {meta['tokens_per_step']} and its "
+            f"--device-batch-size and --sequence-len"
+        )
     old = meta.get("config") or {}
     for k, before in (("long_docs", old.get("long_docs", "split")), ("tail_share", old.get("tail_share", 0.5))):
         if getattr(run.cfg, k) != before and (k == "long_docs" or run.cfg.long_docs == "mix"):
@@ -818,6 +844,7 @@ def save_training(
         moe=t.moe,
         n_slots=t.n_slots,
         accum=t.accum,
+        tokens_per_step=t.tokens_per_step,
         tokenizer=dict(vocab_size=t.tok.vocab_size, fingerprint=t.tok.fingerprint()),
         loader_states=[x for s in heads for x in s["loaders"]],
         dp_mode=cfg.dp_mode,
@@ -894,7 +921,6 @@ def train(
     if (finished := run.complete(start, t.num_steps)) is not None:  # e.g. a pipeline script run again
         return finished
     print0(describe(cfg, t, layout, run.world))
-    print0(t.plan)
     iters = [iter(loader) for loader in t.loaders]
     meter = Meter(start, t.tokens_per_step, t.flops_per_token, get_peak_flops(run.device) * run.world)
     run.start(t.num_steps, start)

@@ -20,8 +20,9 @@ from .core import COMPUTE_DTYPE
 # %% auto #0
 __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'adamw_update_',
            'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'normuon_normalize', 'apply_update_',
-           'muon_step_', 'MuonAdamW', 'muon_hparams', 'OptimConfig', 'check_param_groups', 'build_optimizer',
-           'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr', 'apply_muon_momentum']
+           'muon_step_', 'MuonAdamW', 'muon_hparams', 'muon_group_step_stacked', 'OptimConfig', 'check_param_groups',
+           'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr',
+           'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
@@ -343,11 +344,49 @@ def step(
         if group["kind"] == "adamw":
             _adamw_group_step(group, self.state)
             continue
+        if group.get("stacked") and type(self).muon_step_fn is MuonAdamW.muon_step_fn:  # unsharded parameters only
+            muon_group_step_stacked(group, self.state)
+            continue
         for p in group["params"]:
             if p.grad is None:
                 continue
             self.muon_step_fn(p)(p, p.grad, self.state[p], **muon_hparams(group))
     return loss
+
+# %% ../nbs/05_optim.ipynb #e5360f29
+@torch.no_grad()
+def muon_group_step_stacked(
+    group: dict,  # a Muon group of `MuonAdamW` (its hyperparameters as `muon_hparams`)
+    state: dict,  # the optimizer's state, per parameter
+) -> None:
+    "`muon_step_` for every parameter of `group`, same-shape matrices stacked: one call per shape, then copied back."
+    hp = muon_hparams(group)
+    by_shape = {}
+    for p in group["params"]:
+        if p.grad is not None:
+            by_shape.setdefault((tuple(p.shape), p.dtype, p.device), []).append(p)
+    for ps in by_shape.values():
+        sts = [state[p] for p in ps]
+        for p, s in zip(ps, sts):
+            if "momentum_buffer" not in s:
+                s["momentum_buffer"] = torch.zeros_like(p)
+        P, G = torch.stack(ps), torch.stack([p.grad for p in ps])
+        M = torch.stack([s["momentum_buffer"] for s in sts])
+        U = muon_update(
+            G, M, momentum=hp["momentum"], nesterov=hp["nesterov"], ns_steps=hp["ns_steps"], method=hp["method"]
+        )
+        if hp["normuon"]:
+            for s in sts:
+                if "neuron_second_moment" not in s:
+                    s["neuron_second_moment"] = torch.zeros_like(
+                        U[0, ..., :1], dtype=torch.promote_types(P.dtype, torch.float32)
+                    )
+            V = torch.stack([s["neuron_second_moment"] for s in sts])
+            U = normuon_normalize(U, V, hp["normuon_beta2"])
+            torch._foreach_copy_([s["neuron_second_moment"] for s in sts], list(V.unbind(0)))
+        apply_update_(P, U, hp["lr"], hp["weight_decay"], hp["cautious_wd"])
+        torch._foreach_copy_(ps, list(P.unbind(0)))
+        torch._foreach_copy_([s["momentum_buffer"] for s in sts], list(M.unbind(0)))
 
 # %% ../nbs/05_optim.ipynb #4e2dcd49
 @dataclass
@@ -362,6 +401,7 @@ class OptimConfig:
     muon_method: Literal["newton_schulz", "polar_express", "svd"] = "newton_schulz"  # Muon's orthogonalisation
     normuon: bool = False  # NorMuon: Muon's update normalised per output neuron
     cautious_wd: bool = False  # weight decay only where update and weight agree in sign (Muon groups)
+    muon_stacked: bool = False  # step same-shape matrices as one stack (one batched orthogonalisation per shape)
 
     def optimizer_kwargs(self, scale: float = 1.0) -> dict:
         "The keyword arguments of `build_optimizer`, every lr times `scale` (SFT and RL start at a fraction)."
@@ -372,6 +412,7 @@ class OptimConfig:
             scalar_lr=self.scalar_lr,
         )
         muon = dict(muon_method=self.muon_method, normuon=self.normuon, cautious_wd=self.cautious_wd)
+        muon |= dict(stacked=self.muon_stacked)
         return {k: v * scale for k, v in lrs.items()} | dict(weight_decay=self.weight_decay) | muon
 
 # %% ../nbs/05_optim.ipynb #e60abd53
@@ -410,6 +451,7 @@ def build_optimizer(
     muon_method: str = "newton_schulz",  # 'polar_express' or 'svd' (exact, slow)
     normuon: bool = False,  # `normuon_normalize` on Muon's update
     cautious_wd: bool = False,  # `apply_update_`'s masked decay on the Muon groups
+    stacked: bool = False,  # Muon steps same-shape matrices together (`muon_group_step_stacked`)
     model_dim: int | None = None,  # the model width, for nanochat's width scaling of AdamW's lrs
 ) -> MuonAdamW:  # every group has `name` and `initial_lr` (its lr, what schedules multiply)
     "A `MuonAdamW` for a model's parameter groups. ValueError on unknown keys, a parameter twice, a 0-/1-D matrix."
@@ -428,6 +470,7 @@ def build_optimizer(
                 method=muon_method,
                 normuon=normuon,
                 cautious_wd=cautious_wd,
+                stacked=stacked,
             )
         )
     for key, lr in (("embedding", embedding_lr), ("lm_head", unembedding_lr), ("scalar", scalar_lr)):

@@ -19,8 +19,12 @@ VARIANTS = {  # name -> (model fields, optimizer keywords)
     "polar_express": ({}, dict(muon_method="polar_express")),
     "normuon": ({}, dict(normuon=True)),
     "cautious_wd": ({}, dict(weight_decay=0.1, cautious_wd=True)),
-    "all": (dict(smear=True, backout=True), dict(muon_method="polar_express", normuon=True, weight_decay=0.1,
-                                                 cautious_wd=True)),
+    "plain_wd": ({}, dict(weight_decay=0.1)),
+    "qk_gain": (dict(qk_gain=True), {}),
+    "ve_gate_input": (dict(ve_gate_input=True), {}),
+    "muon_stacked": ({}, dict(stacked=True)),
+    "all": (dict(smear=True, backout=True, qk_gain=True, ve_gate_input=True),
+            dict(muon_method="polar_express", normuon=True, weight_decay=0.1, cautious_wd=True)),
 }
 
 

@@ -39,7 +39,7 @@ import torch
 from fastcore.basics import patch
 
 from .core import cli_from_dataclass, get_base_dir, print0
-from .tokenizer import _CUT_PATTERNS, _last_cut
+from .tokenizer import safe_prefix
 
 # %% auto #0
 __all__ = ['SOURCES', 'HEAD_PREFIX_CHARS', 'DataLoader', 'WEB_SOURCES', 'main', 'normalize_text', 'write_shards',
@@ -48,8 +48,7 @@ __all__ = ['SOURCES', 'HEAD_PREFIX_CHARS', 'DataLoader', 'WEB_SOURCES', 'main', 
            'read_fortunes', 'read_jargon', 'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source',
            'collect_documents', 'split_documents', 'print_corpus_summary', 'build_corpus', 'sha256_file',
            'download_shards', 'list_parquet_files', 'CorruptShardError', 'ShardedDocuments', 'iter_documents',
-           'safe_prefix', 'NoTails', 'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader', 'make_loader',
-           'CorpusConfig']
+           'NoTails', 'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader', 'make_loader', 'CorpusConfig']
 
 # %% ../nbs/02_data.ipynb #62941507
 def normalize_text(text: str) -> str:
@@ -1013,18 +1012,6 @@ def iter_documents(
         yield text
 
 # %% ../nbs/02_data.ipynb #0f3527d8
-def safe_prefix(
-    text: str,
-    max_chars: int,  # keep at most this many characters
-    pattern: str | None,  # the tokenizer's split pattern; one `cut_pieces` cannot cut by its rules: no cut
-) -> str:
-    "The longest prefix of `text` of at most `max_chars` characters ending where `pattern` always cuts (else `text`)."
-    if len(text) <= max_chars or pattern not in _CUT_PATTERNS:
-        return text
-    i = _last_cut(text, 0, max_chars)
-    return text if i is None else text[:i]
-
-
 HEAD_PREFIX_CHARS = 5  # characters a head first tokenizes per token it needs (English ~4.4 here; doubled if short)
 
 # %% ../nbs/02_data.ipynb #8cf154bb

@@ -32,9 +32,9 @@ from .core import atomic_write, cli_from_dataclass, get_base_dir
 
 # %% auto #0
 __all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'main', 'split_text', 'engine_classes', 'cut_pieces', 'scalar_text',
-           'split_pieces', 'get_pair_counts', 'merge_pair', 'train_bpe_naive', 'vocab_from_merges', 'encode_naive',
-           'decode_naive', 'train_rustbpe', 'Tokenizer', 'get_tokenizer', 'check_tokenizer', 'iter_parquet_texts',
-           'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'TokenizerTrainConfig']
+           'split_pieces', 'safe_prefix', 'get_pair_counts', 'merge_pair', 'train_bpe_naive', 'vocab_from_merges',
+           'encode_naive', 'decode_naive', 'train_rustbpe', 'Tokenizer', 'get_tokenizer', 'check_tokenizer',
+           'iter_parquet_texts', 'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'TokenizerTrainConfig']
 
 # %% ../nbs/01_tokenizer.ipynb #4757933c
 SPLIT_PATTERN = (
@@ -201,6 +201,18 @@ def scalar_text(text: str) -> str:
 def split_pieces(text: str, max_chars: int = MAX_PIECE, pattern: str = SPLIT_PATTERN) -> list[str]:
     "The pieces of `cut_pieces` (list of str joining to `text`, each at most `max_chars` characters)."
     return cut_pieces(text, max_chars, pattern)[0]
+
+
+def safe_prefix(
+    text: str,
+    max_chars: int,  # keep at most this many characters
+    pattern: str | None,  # the tokenizer's split pattern; one `cut_pieces` cannot cut by its rules: no cut
+) -> str:
+    "The longest prefix of `text` of at most `max_chars` characters ending where `pattern` always cuts (else `text`)."
+    if len(text) <= max_chars or pattern not in _CUT_PATTERNS:
+        return text
+    i = _last_cut(text, 0, max_chars)
+    return text if i is None else text[:i]
 
 # %% ../nbs/01_tokenizer.ipynb #aa2285bf
 def get_pair_counts(words: dict[tuple[int, ...], int]) -> Counter:

@@ -47,8 +47,9 @@ __all__ = ['SOURCES', 'HEAD_PREFIX_CHARS', 'DataLoader', 'WEB_SOURCES', 'main', 
            'r_unserialize', 'read_r_lazyload', 'read_shakespeare', 'read_milton', 'read_austen', 'read_python_doc',
            'read_fortunes', 'read_jargon', 'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source',
            'collect_documents', 'split_documents', 'print_corpus_summary', 'build_corpus', 'sha256_file',
-           'download_shards', 'list_parquet_files', 'CorruptShardError', 'ShardedDocuments', 'iter_documents',
-           'NoTails', 'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader', 'make_loader', 'CorpusConfig']
+           'download_shards', 'list_parquet_files', 'TooFewRowGroups', 'CorruptShardError', 'ShardedDocuments',
+           'iter_documents', 'NoTails', 'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader', 'make_loader',
+           'CorpusConfig']
 
 # %% ../nbs/02_data.ipynb #62941507
 def normalize_text(text: str) -> str:
@@ -920,6 +921,10 @@ def list_parquet_files(split: str, data_dir=None) -> list[Path]:
     return files
 
 
+class TooFewRowGroups(ValueError):
+    "A split has fewer row groups than the shards (ranks x micro-steps) it must feed: some shard would get none."
+
+
 class CorruptShardError(ValueError):
     "A parquet shard could not be read (corrupt or truncated); the message names the file."
 
@@ -953,7 +958,7 @@ class ShardedDocuments:
         self.units = units[rank::world_size]
         self.n_rows = sum(u[2] for u in self.units)  # documents in this rank's share
         if not self.units:
-            raise ValueError(
+            raise TooFewRowGroups(
                 f"{len(units)} row groups cannot feed {world_size} ranks: rank {rank} gets none "
                 f"(write smaller row groups or more shards)"
             )

@@ -20,7 +20,7 @@ from .core import dist_cleanup
 from .core import get_peak_flops
 from .core import print0
 from .tokenizer import get_tokenizer
-from .data import DataLoader, iter_documents, make_loader
+from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
 from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.mesh import MeshLayout, init_mesh
@@ -410,8 +410,9 @@ def plan_scaling(
         batch = per_step if cfg.total_batch_size == -1 else cfg.total_batch_size
         rules = "batch as given" if cfg.total_batch_size != -1 else "batch B*T*ranks"
     steps = horizon(cfg.num_iterations, n_scaling, batch, cfg.target_param_data_ratio)
-    lr_scale = math.sqrt(batch / cfg.lr_ref_batch) if auto and cfg.lr_ref_batch > 0 else 1.0
+    lr_scale = 1.0
     if auto and cfg.lr_ref_batch > 0:
+        lr_scale = math.sqrt(batch / cfg.lr_ref_batch)
         rules += f", lr x sqrt(B / {cfg.lr_ref_batch:,})"
     wd = cfg.weight_decay
     if cfg.wd_tau > 0:
@@ -554,9 +555,7 @@ def setup_training(
     slots = f"{n_slots} data shards ({layout.data_size} data ranks x {accum} accumulation steps of {B} x {T})"
     try:
         loaders = _train_loaders(cfg, tok, run, layout, accum, n_slots)
-    except ValueError as e:  # too few row groups for the shards: say where the shard count came from
-        if "cannot feed" not in str(e):
-            raise
+    except TooFewRowGroups as e:  # say where the shard count came from
         raise ValueError(
             f"{slots} for a batch of {tokens_per_step:,} tokens: {e}; for fewer shards lower --total-batch-size "
             "or raise --device-batch-size"

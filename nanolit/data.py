@@ -959,8 +959,8 @@ class ShardedDocuments:
         self.n_rows = sum(u[2] for u in self.units)  # documents in this rank's share
         if not self.units:
             raise TooFewRowGroups(
-                f"{len(units)} row groups cannot feed {world_size} ranks: rank {rank} gets none "
-                f"(write smaller row groups or more shards)"
+                f"{len(units)} row groups cannot feed {world_size} data shards: shard {rank} gets none "
+                f"(write smaller row groups or more parquet files)"
             )
         self._cache = (None, None)
 

@@ -60,7 +60,9 @@ class GPTConfig:
             raise ValueError(f"window_pattern must be a non-empty string of S and L, got {self.window_pattern!r}")
         self.window_pattern = self.window_pattern.upper()
         if self.pad_vocab_to > 4096:
-            raise ValueError(f"pad_vocab_to must be <= 4096 (64 or 128 fill GPU tiles), got {self.pad_vocab_to}")
+            raise ValueError(
+                f"pad_vocab_to (--pad-vocab-to) must be <= 4096 (64 or 128 fill GPU tiles), got {self.pad_vocab_to}"
+            )
         if self.short_window is None:
             self.short_window = max(1, self.sequence_len // 4)
         if self.short_window < 1:

@@ -35,7 +35,7 @@ from .checkpoint import remove_checkpoint
 from .checkpoint import step_path
 
 # %% auto #0
-__all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run']
+__all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'horizon_hint']
 
 # %% ../nbs/10b_run.ipynb #ecd55ef0
 @dataclass
@@ -308,6 +308,19 @@ def step_dir(
     return step_path(self.dir, step)
 
 
+def horizon_hint(
+    meta: dict,  # a checkpoint's meta
+) -> str:
+    "How to resume with a checkpoint's horizon: the flags its run planned it from."
+    old = meta.get("config") or {}
+    n = old.get("num_iterations", "?")
+    if n != -1:
+        return f"resume with the --num-iterations its run had ({n}; the lr schedule depends on it)"
+    was = f" ({meta['num_steps']} steps)" if "num_steps" in meta else ""
+    ratio, batch = old.get("target_param_data_ratio", "?"), old.get("total_batch_size", "?")
+    return f"its run planned the horizon{was} from --target-param-data-ratio {ratio} and --total-batch-size {batch}"
+
+
 @patch
 def load_meta(
     self: Run,
@@ -323,9 +336,8 @@ def load_meta(
         check_tokenizer(tokenizer, meta, self.dir)  # the ids must mean what they meant when it was trained
     if step > num_steps:
         raise ValueError(
-            f"{self.dir} holds step {step}, past this run's {num_steps} steps: raise --num-iterations "
-            f"(the schedule depends on it, so use the one the checkpoint's run had: "
-            f"{(meta.get('config') or {}).get('num_iterations', '?')}) or start a new --tag"
+            f"{self.dir} holds step {step}, past this run's {num_steps} steps: {horizon_hint(meta)}, or start a "
+            f"new --tag"
         )
     return step, meta
 

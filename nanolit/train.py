@@ -91,7 +91,7 @@ POSITIVE = ("depth", "aspect_ratio", "head_dim", "sequence_len", "eval_tokens", 
 POSITIVE += ("cp", "moe_top_k", "pad_vocab_to")  # ints >= 1
 AUTO = ("total_batch_size", "sample_every", "microbatches", "moe_hidden")  # -1 (derived) or ints >= 1
 RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac")
-RATES += ("warmup_steps", "moe_aux_coef", "lr_ref_batch", "wd_tau")  # finite numbers >= 0
+RATES += ("warmup_steps", "moe_aux_coef", "wd_tau")  # finite numbers >= 0
 
 
 def check_values(
@@ -111,6 +111,11 @@ def check_values(
         v = getattr(cfg, n)
         if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
             cfg.bad(n, "must be a finite number >= 0")
+    v = cfg.lr_ref_batch
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        cfg.bad("lr_ref_batch", "must be an int >= 0 (tokens a step; 0: no lr scaling)")
+    if cfg.pad_vocab_to > 4096:
+        cfg.bad("pad_vocab_to", "must be <= 4096 (64 or 128 fill GPU tiles)")
     if not 0 < cfg.target_param_data_ratio < math.inf:
         cfg.bad("target_param_data_ratio", "must be a finite number > 0")
     if cfg.wd_tau > 0 and not cfg.matrix_lr > 0:
@@ -657,14 +662,28 @@ def resume_training(
     step, meta = run.load_meta(t.num_steps, asdict(t.gcfg), t.tok)  # before any collective read: clear errors
     if meta.get("moe") != t.moe:
         raise ValueError(f"cannot resume from {run.dir}: its MoE settings are {meta.get('moe')}, this run's {t.moe}")
-    check_resume(meta, t.n_slots, run.world, t.accum)
-    if meta.get("tokens_per_step", t.tokens_per_step) != t.tokens_per_step:
-        raise ValueError(
-            f"cannot resume from {run.dir}: it trained with {meta['tokens_per_step']:,} tokens a step, this run would "
-            f"take {t.tokens_per_step:,}; resume with --total-batch-size {meta['tokens_per_step']} and its "
-            f"--device-batch-size and --sequence-len"
-        )
     old = meta.get("config") or {}
+    saved = meta.get("tokens_per_step", t.tokens_per_step), meta.get("n_slots")
+    if saved != (t.tokens_per_step, t.n_slots) and "tokens_per_step" in meta:  # the batch and its data shards
+        keep = " ".join(f"--{k.replace('_', '-')} {old.get(k, '?')}" for k in ("device_batch_size", "sequence_len"))
+        raise ValueError(
+            f"cannot resume from {run.dir}: it trained {saved[0]:,} tokens a step in {saved[1]} data shards, this "
+            f"run would take {t.tokens_per_step:,} in {t.n_slots}; resume with --total-batch-size {saved[0]} {keep} "
+            f"(any world whose data ranks x accumulation steps is {saved[1]})"
+        )
+    check_resume(meta, t.n_slots, run.world, t.accum)  # checkpoints from before tokens_per_step was saved
+    was_planned = meta.get("num_steps", t.num_steps)
+    if was_planned != t.num_steps:  # a new horizon: the lr schedule changes from here on
+        knobs = ("num_iterations", "target_param_data_ratio", "total_batch_size")
+        why = ", ".join(
+            f"--{k.replace('_', '-')} {old[k]} -> {getattr(run.cfg, k)}"
+            for k in knobs
+            if k in old and old[k] != getattr(run.cfg, k)
+        )
+        print0(
+            f"warning: {run.dir} was planned for {was_planned} steps, this run plans {t.num_steps} "
+            f"({why or 'a new plan'}): the lr schedule changes from step {step}"
+        )
     for k, before in (("long_docs", old.get("long_docs", "split")), ("tail_share", old.get("tail_share", 0.5))):
         if getattr(run.cfg, k) != before and (k == "long_docs" or run.cfg.long_docs == "mix"):
             flag = f"--{k.replace('_', '-')}"
@@ -844,6 +863,7 @@ def save_training(
         n_slots=t.n_slots,
         accum=t.accum,
         tokens_per_step=t.tokens_per_step,
+        num_steps=t.num_steps,
         tokenizer=dict(vocab_size=t.tok.vocab_size, fingerprint=t.tok.fingerprint()),
         loader_states=[x for s in heads for x in s["loaders"]],
         dp_mode=cfg.dp_mode,

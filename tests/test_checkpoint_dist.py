@@ -104,5 +104,6 @@ def test_resume_at_other_world_and_layout(tiny_base_dir, save, load):
 def test_resume_with_other_slot_count_is_a_clear_error(tiny_base_dir):
     kw = dict(total_batch_size=BT * 2, num_iterations=4)
     run_distributed(_train, 2, tiny_base_dir, "slots", stop_after=2, **kw, timeout=300)
-    with pytest.raises(ValueError, match="keep world x accum"):
+    with pytest.raises(ValueError, match=rf"trained {BT * 2:,} tokens a step in 2 data shards, this run would take "
+                       rf"{BT * 4:,} in 4; resume with --total-batch-size {BT * 2} --device-batch-size"):
         _train(tiny_base_dir, "slots", resume="true", total_batch_size=BT * 4, num_iterations=4)

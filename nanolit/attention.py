@@ -123,6 +123,10 @@ def attention(
     if window is not None and window >= Tk:
         window = None  # a window wider than the context is no window
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # SDPA wants (B, H, T, D)
+    if q.is_meta and Tq == Tk:  # memory planning (11's --plan): what a flash kernel keeps, O(T) not the (T, T) scores
+        if Hkv != Hq:
+            kt, vt = kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1)
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qt, kt, vt, 0.0, True)[0].transpose(1, 2)
     kw = {}
     if Hkv != Hq:
         if _SDPA_HAS_GQA:

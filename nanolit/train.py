@@ -9,15 +9,18 @@ from __future__ import annotations
 import math
 import os
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
-from .core import COMPUTE_DTYPE
+from .core import COMPUTE_DTYPE, detect_compute_dtype
 from .core import cli_from_dataclass
 from .core import dist_cleanup
-from .core import get_peak_flops
+from .core import PEAK_FLOPS_BF16, cpu_peak_flops, get_peak_flops
 from .core import print0
 from .tokenizer import get_tokenizer
 from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
@@ -35,12 +38,14 @@ from .run import Run, RunConfig, check_resume
 
 # %% auto #0
 __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'BATCH_REF', 'BATCH_EXPONENT',
-           'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values', 'check_layout', 'microbatches', 'validate_config',
-           'activation_bytes', 'train_state_bytes', 'device_memory_bytes', 'check_memory', 'model_config',
-           'train_memory_bytes', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling',
-           'mfu', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'build_train_model', 'setup_training',
-           'describe', 'load_train_state', 'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule',
-           'Meter', 'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
+           'PLAN_GPUS', 'PLAN_MFUS', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values', 'check_layout',
+           'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes', 'device_memory_bytes',
+           'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank', 'train_memory_bytes',
+           'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling', 'mfu', 'RunPlan',
+           'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'build_train_model',
+           'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective', 'micro_steps',
+           'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training', 'finish_training',
+           'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -83,6 +88,10 @@ class TrainConfig(OptimConfig, RunConfig):
     tail_share: float = 0.3  # with long_docs mix: the share of rows cut from documents' tails
     allow_long_sequence: bool = False  # permit sequence_len above MAX_SEQUENCE_LEN (65536)
     compile: bool = False  # torch.compile the model (minutes of cold compile on a CPU)
+    plan: bool = False  # print the run's plan (model, horizon, batch, memory per rank, time) and exit: trains nothing
+    gpu: str = ""  # with --plan: h100, h200, a100 or cpu (default: this machine's device)
+    world_size: int = 0  # with --plan: the ranks to plan for (default: this launch's)
+    vocab_size: int = 0  # with --plan: the tokenizer's vocab (default: the trained tokenizer's)
     data_dir: str = ""  # default $NANOLIT_BASE_DIR/data
 
 # %% ../nbs/11_train.ipynb #6c1e06dd
@@ -124,6 +133,15 @@ def check_values(
         cfg.bad("tail_share", f"only applies with --long-docs mix (this run: {cfg.long_docs})")
     if not (isinstance(cfg.tail_share, (int, float)) and 0 <= cfg.tail_share < 1):
         cfg.bad("tail_share", "must be in [0, 1)")
+    for n in ("world_size", "vocab_size"):
+        v = getattr(cfg, n)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            cfg.bad(n, "must be an int >= 1 (0: this machine's)")
+    if cfg.gpu not in ("", "cpu", "h100", "h200", "a100"):
+        cfg.bad("gpu", "must be h100, h200, a100 or cpu")
+    for n in ("gpu", "world_size", "vocab_size"):
+        if getattr(cfg, n) and not cfg.plan:
+            cfg.bad(n, "only applies with --plan")
     if cfg.long_docs not in ("mix", "split", "crop"):
         cfg.bad("long_docs", "must be mix, split or crop")
     if cfg.dp_mode not in DP_MODES:
@@ -312,6 +330,108 @@ def model_config(
     )
 
 
+class TracedPeak(TorchDispatchMode):
+    """Bytes of every tensor storage allocated under this mode and still alive, and their peak: a step's footprint.
+    Works on meta tensors (nothing allocated: the plan's trace) as on real ones; storages of tensors whose last dim is
+    `vocab` are also summed as logits."""
+
+    def __init__(
+        self,
+        vocab: int | None = None,  # the logits' last dim (None: not tracked)
+    ):
+        super().__init__()
+        self.live = self.peak = self.logits = self.logits_at_peak = self.n = self.peak_at = 0
+        self.vocab, self.sizes = vocab, {}  # storage -> (bytes, is logits, allocation number)
+
+    def _free(self, key):
+        nbytes, logits, _ = self.sizes.pop(key, (0, False, 0))
+        self.live -= nbytes
+        self.logits -= nbytes * logits
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            st = t.untyped_storage()
+            key = st._cdata  # the storage itself: every meta storage has data_ptr 0
+            if key in self.sizes or st.nbytes() == 0:
+                continue
+            self.n += 1
+            logits = self.vocab is not None and t.ndim > 0 and t.shape[-1] == self.vocab
+            self.sizes[key] = (st.nbytes(), logits, self.n)
+            self.live += st.nbytes()
+            self.logits += st.nbytes() * logits
+            if self.live > self.peak:
+                self.peak, self.logits_at_peak, self.peak_at = self.live, self.logits, self.n
+            weakref.finalize(st, self._free, key)
+        return out
+
+    def allocated_at_peak(
+        self,
+        tensors: list,  # tensors still alive (e.g. the gradients after backward)
+    ) -> int:
+        "Bytes of those of `tensors` that were already allocated when the peak was reached."
+        found = (self.sizes.get(t.untyped_storage()._cdata) for t in tensors if t is not None)
+        return sum(s[0] for s in found if s is not None and s[2] <= self.peak_at)
+
+
+def traced_step_memory(
+    gcfg: GPTConfig,  # the model
+    B: int,  # rows per micro-step
+    T: int,  # tokens per row
+    dtype: torch.dtype,  # the compute dtype to trace in (bf16 for GPUs)
+) -> dict:
+    "Bytes at the peak of one forward + backward on the meta device (nothing allocated): peak, logits, gradients."
+    with torch.device("meta"):
+        model = GPT(gcfg)
+    x = torch.zeros(B, T, dtype=torch.long, device="meta")
+    old = os.environ.get("NANOLIT_DTYPE")
+    os.environ["NANOLIT_DTYPE"] = str(dtype).split(".")[-1]  # core's precision policy, as the GPU would choose it
+    try:
+        with TracedPeak(gcfg.padded_vocab) as tp:
+            model(x, x).backward()
+    finally:
+        if old is None:
+            os.environ.pop("NANOLIT_DTYPE")
+        else:
+            os.environ["NANOLIT_DTYPE"] = old
+    grads = tp.allocated_at_peak([p.grad for p in model.parameters()])
+    return dict(peak=tp.peak, logits=tp.logits_at_peak, gradients=grads)
+
+
+def memory_per_rank(
+    cfg: TrainConfig,  # the pretraining config
+    vocab_size: int,  # the tokenizer's
+    dp_size: int = 1,  # data-parallel ranks
+    dtype: torch.dtype | None = None,  # the compute dtype (default `COMPUTE_DTYPE`: bf16 on GPUs)
+) -> tuple[dict, bool]:
+    """Bytes per rank of pretraining `cfg`: parameters, gradients, optimizer, activations (at the peak of a step) and
+    logits (part of the activations); and whether the activations were traced (a layout that splits the model uses
+    `activation_bytes`)."""
+    dtype = dtype or COMPUTE_DTYPE
+    gcfg = model_config(cfg, vocab_size)
+    with torch.device("meta"):
+        model = GPT(gcfg)
+    g = model.param_groups()
+    n, muon = model.num_params(), sum(p.numel() for p in g["matrix"])
+    split, el = cfg.tp * cfg.pp, torch.finfo(dtype).bits // 8
+    param_shards = dp_size if cfg.dp_mode == "fsdp2" else 1
+    optim_shards = dp_size if cfg.dp_mode in ("zero1", "fsdp2") else 1
+    mem = dict(parameters=4 * n / param_shards / split, gradients=4 * n / param_shards / split)
+    mem["optimizer"] = (4 * muon + 8 * (n - muon)) / optim_shards / split
+    B, T = cfg.device_batch_size, cfg.sequence_len
+    if cfg.tp == cfg.pp == cfg.cp == 1:
+        t = traced_step_memory(gcfg, B, T, dtype)
+        mem.update(activations=t["peak"] - t["gradients"], logits=t["logits"])
+        return mem, True
+    layers, chunked = -(-gcfg.n_layer // cfg.pp), cfg.tp == cfg.pp == 1
+    act = activation_bytes(layers, gcfg.n_embd, vocab_size, B, T // cfg.cp, el, cfg.tp, cfg.sp, chunked)
+    copies = (muon + sum(p.numel() for p in g["lm_head"])) * el / split if el < 4 else 0  # weights cast for the matmuls
+    mem.update(activations=act + copies, logits=0 if chunked else 16 * B * T * vocab_size / cfg.tp)
+    return mem, False
+
+
 def train_memory_bytes(
     cfg: TrainConfig,  # the pretraining config
     vocab_size: int,  # the tokenizer's
@@ -319,28 +439,9 @@ def train_memory_bytes(
     bytes_per_el: int | None = None,  # the compute dtype's size (default `COMPUTE_DTYPE`'s: 2 for bf16 on GPUs)
 ) -> int:
     """Estimated peak memory per rank (bytes) of pretraining with `cfg` on `dp_size` data-parallel ranks."""
-    gcfg = model_config(cfg, vocab_size)
-    bytes_el = bytes_per_el or torch.finfo(COMPUTE_DTYPE).bits // 8
-    with torch.device("meta"):
-        shapes = GPT(gcfg)
-    sharded = dp_size if cfg.dp_mode in ("zero1", "fsdp2") else 1
-    return activation_bytes(
-        -(-gcfg.n_layer // cfg.pp),
-        gcfg.n_embd,
-        vocab_size,
-        cfg.device_batch_size,
-        cfg.sequence_len // cfg.cp,
-        bytes_el,
-        cfg.tp,
-        cfg.sp,
-        chunked_loss=cfg.tp == 1 and cfg.pp == 1,
-    ) + train_state_bytes(
-        shapes.param_groups(),
-        bytes_el,
-        model_shards=cfg.tp * cfg.pp,
-        optim_shards=sharded,
-        param_shards=dp_size if cfg.dp_mode == "fsdp2" else 1,
-    )
+    dtype = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[bytes_per_el] if bytes_per_el else None
+    mem, _ = memory_per_rank(cfg, vocab_size, dp_size, dtype)
+    return int(sum(v for k, v in mem.items() if k != "logits"))
 
 # %% ../nbs/11_train.ipynb #ba76633e
 def grad_accum_steps(total_batch_size: int, device_batch_size: int, sequence_len: int, world_size: int) -> int:
@@ -431,6 +532,132 @@ def plan_scaling(
 def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:
     "Model FLOPs utilisation in [0, 1]: flops_per_token * tokens_per_s / peak_flops (0 when the peak is unknown)."
     return 0.0 if not math.isfinite(peak_flops) or peak_flops <= 0 else flops_per_token * tokens_per_s / peak_flops
+
+# %% ../nbs/11_train.ipynb #a6877232
+PLAN_GPUS = {  # --gpu: (memory in bytes, as torch reports the card; dense bf16 peak FLOP/s, 00's datasheet table)
+    "h100": (81559 * 2**20, PEAK_FLOPS_BF16["H100 SXM"]),  # 80 GB HBM3
+    "h200": (143771 * 2**20, PEAK_FLOPS_BF16["H200"]),  # 141 GB HBM3e
+    "a100": (81251 * 2**20, PEAK_FLOPS_BF16["A100"]),  # 80 GB HBM2e
+}
+PLAN_MFUS = (0.4, 0.5)  # the MFUs the predicted wall time is stated at
+
+
+@dataclass
+class RunPlan:
+    "What a run would be, worked out before it starts (`plan_run`): model, horizon, batch, memory and time per rank."
+
+    what: str  # the model, world and device in words
+    n_params: int  # all parameters
+    flops_per_token: float  # training FLOPs per token
+    scaling: ScalingPlan  # horizon, batch, lr and decay
+    data_ranks: int  # data-parallel ranks
+    accum: int  # micro-steps per optimizer step
+    micro: str  # a micro-step's shape in words
+    memory: dict  # bytes per rank: parameters, gradients, optimizer, activations (logits are part of activations)
+    traced: bool  # activations traced on meta (False: 11's formula, for layouts that split the model)
+    capacity: float  # one device's memory, bytes
+    peak_flops: float  # one device's peak FLOP/s
+    world: int  # devices
+
+    @property
+    def total(self) -> int:
+        "Bytes per rank, all parts (the logits are inside the activations)."
+        return sum(v for k, v in self.memory.items() if k != "logits")
+
+    @property
+    def fits(self) -> bool:
+        "Whether the total fits one device's memory."
+        return self.total <= self.capacity
+
+    def hours(self, mfu: float) -> float:
+        "Predicted wall time (hours) of the whole horizon at `mfu`."
+        return self.flops_per_token * self.scaling.tokens / (self.world * self.peak_flops * mfu) / 3600
+
+    def __str__(self) -> str:
+        s, m = self.scaling, self.memory
+        how = "traced on meta" if self.traced else "11's formula: tp/pp/cp are not traced"
+        times = ", ".join(f"{self.hours(u):.2f} h at {u:.0%} MFU" for u in PLAN_MFUS)
+        return "\n".join(
+            [
+                f"plan: {self.what}",
+                f"  parameters   {self.n_params:,} ({s.n_scaling_params:,} scaling: matrices + lm head); "
+                f"{self.flops_per_token / 1e9:.3g} GFLOP a token",
+                f"  horizon      {s.tokens:,} tokens = {s.num_steps:,} steps of {s.total_batch_size:,} ({s.rules})",
+                f"  batch        {self.data_ranks} data ranks x {self.accum} accumulation steps of {self.micro}",
+                f"  memory/rank  parameters {_gib(m['parameters'])} | gradients {_gib(m['gradients'])} | optimizer "
+                f"{_gib(m['optimizer'])} | activations at peak {_gib(m['activations'])} ({how}; logits "
+                f"{_gib(m['logits'])})",
+                f"  total        {_gib(self.total)} of {_gib(self.capacity)}: "
+                + (f"fits ({self.total / self.capacity:.0%})" if self.fits else "does NOT fit"),
+                f"  time         {self.flops_per_token * s.tokens:.3g} FLOPs on {self.world} devices: {times}",
+            ]
+        )
+
+
+def plan_device(
+    gpu: str,  # "h100", "h200", "a100", "cpu", or "" for this machine's device
+) -> tuple[str, float, float, torch.dtype]:
+    "(name, memory bytes, peak FLOP/s, compute dtype) of the device a plan is for."
+    if gpu in PLAN_GPUS:
+        return (gpu, *PLAN_GPUS[gpu], torch.bfloat16)
+    if gpu == "" and torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        return (name, device_memory_bytes("cuda"), get_peak_flops("cuda"), detect_compute_dtype("cuda"))
+    return ("cpu", device_memory_bytes("cpu"), cpu_peak_flops(), detect_compute_dtype("cpu"))
+
+
+def plan_run(
+    cfg: TrainConfig,  # the run, with --plan's --gpu, --world-size and --vocab-size
+) -> RunPlan:
+    "The run's plan, printed; ValueError (after the table) if it does not fit. Needs no GPU, tokenizer or data."
+    if cfg.moe_experts:
+        cfg.bad("moe_experts", "is not planned by --plan yet (dense models only)")
+    world = cfg.world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    split = cfg.tp * cfg.pp * cfg.cp
+    if world % split:
+        raise ValueError(f"--world-size {world} must be a multiple of --tp x --pp x --cp = {split}")
+    if cfg.vocab_size:
+        vocab = cfg.vocab_size
+    else:
+        try:
+            vocab = get_tokenizer(cfg.tokenizer_dir or None).vocab_size
+        except FileNotFoundError as e:
+            raise ValueError(f"{e}; or plan without one: --vocab-size V") from None
+    name, capacity, peak, dtype = plan_device(cfg.gpu)
+    gcfg = model_config(cfg, vocab)
+    with torch.device("meta"):
+        model = GPT(gcfg)
+    B, T, dp = cfg.device_batch_size, cfg.sequence_len, world // split
+    scaling = plan_scaling(cfg, model.num_scaling_params(), B * T * dp)
+    accum = grad_accum_steps(scaling.total_batch_size, B, T, dp)
+    mem, traced = memory_per_rank(cfg, vocab, dp, dtype)
+    what = (
+        f"depth {cfg.depth} ({gcfg.n_layer} layers of width {gcfg.n_embd}, {gcfg.n_head} heads of {gcfg.head_dim}), "
+        f"vocab {vocab:,}, T {T}, on {world} x {name} ({_gib(capacity)}, {peak / 1e12:.3g} TFLOP/s each), "
+        f"{str(dtype).split('.')[-1]}, dp {cfg.dp_mode}"
+        + (f", tp {cfg.tp} pp {cfg.pp} cp {cfg.cp}" if split > 1 else "")
+    )
+    plan = RunPlan(
+        what,
+        model.num_params(),
+        model.estimate_flops(),
+        scaling,
+        dp,
+        accum,
+        f"{B} x {T}",
+        mem,
+        traced,
+        capacity,
+        peak,
+        world,
+    )
+    print0(plan)
+    if not plan.fits:
+        raise ValueError(
+            f"the plan needs {_gib(plan.total)} per rank, more than the {_gib(capacity)} of a {name}: lower "
+            f"--device-batch-size (the batch stays with --total-batch-size), or shard with --dp-mode zero1"
+        )
+    return plan
 
 # %% ../nbs/11_train.ipynb #63800cb6
 def build_layout(
@@ -932,6 +1159,8 @@ def train(
 ) -> dict:
     "Pretrain a GPT per `cfg` on this process or every rank of a launch; the result of `finish_training`."
     validate_config(cfg)
+    if cfg.plan:  # a plan trains nothing: no process group, checkpoint dir, tokenizer or data
+        return asdict(plan_run(cfg))
     run = Run(cfg, "base", name="train")  # checkpoint dir, resume decision, process group, seed (10b)
     mesh = init_mesh(pp=cfg.pp, ep=cfg.ep, cp=cfg.cp, tp=cfg.tp)  # pp outermost, tp innermost, dp the rest
     layout = build_layout(cfg, mesh, run.device)

@@ -7,13 +7,15 @@ Docs: https://nanolit.github.io/nanolit/attention.html.md"""
 # %% ../nbs/03_attention.ipynb #63ffe614
 from __future__ import annotations
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['attention_naive', 'attention_mask', 'attention_matmul', 'attention']
+__all__ = ['FA3_KERNEL', 'attention_naive', 'attention_mask', 'attention_matmul', 'window_block_mask', 'attention_flex',
+           'attention_backend', 'attention']
 
 # %% ../nbs/03_attention.ipynb #226139c6
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> tuple[int, int, int, int, int, int]:
@@ -96,6 +98,13 @@ try:
     from flash_attn import flash_attn_func as _flash_attn_func  # optional: pip install flash-attn (CUDA only)
 except ImportError:
     _flash_attn_func = None
+try:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention as _flex_attention
+except ImportError:  # torch < 2.5
+    create_block_mask = _flex_attention = None
+FA3_KERNEL = "kernels-community/flash-attn3"  # FlashAttention-3 (Hopper) on the kernels hub: the `gpu` extra's package
+_fa3 = _flex_compiled = None  # loaded on first CUDA use, never at import (the hub load may need the network)
+_BLOCK_MASKS: dict = {}  # (Tq, Tk, window, device) -> FlexAttention BlockMask
 
 _SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")  # torch >= 2.5
 
@@ -110,16 +119,93 @@ def _use_flash(q: Tensor) -> bool:
     return _flash_attn_func is not None and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16)
 
 
+def _fa3_func():
+    "FlashAttention-3's `flash_attn_func` on a Hopper GPU (compute capability 9.x) from the kernels hub, or None."
+    global _fa3
+    if _fa3 is None:
+        _fa3 = False
+        if os.environ.get("NANOLIT_FA3", "1") != "0" and torch.cuda.get_device_capability()[0] == 9:
+            try:
+                from kernels import get_kernel  # the gpu extra
+
+                _fa3 = get_kernel(FA3_KERNEL).flash_attn_func
+            except Exception as e:  # no package, no network, no build for this torch: fall back, say why once
+                print(f"FlashAttention-3 unavailable ({type(e).__name__}: {e}); using flash-attn/FlexAttention/SDPA")
+    return _fa3 or None
+
+
+def window_block_mask(
+    Tq: int,  # queries: the last Tq of the Tk positions
+    Tk: int,  # keys
+    window: int,  # query p sees keys p - window < j <= p
+    device,  # where the mask lives
+):
+    "FlexAttention's BlockMask of our causal window (bottom-right aligned, as `attention_mask`); cached per shape."
+    key = (Tq, Tk, window, str(device))
+    if key not in _BLOCK_MASKS:
+        if len(_BLOCK_MASKS) >= 64:
+            _BLOCK_MASKS.clear()
+        off = Tk - Tq
+
+        def in_window(b, h, q_idx, kv_idx):
+            p = q_idx + off
+            return (kv_idx <= p) & (p - kv_idx < window)
+
+        _BLOCK_MASKS[key] = create_block_mask(in_window, None, None, Tq, Tk, device=device)
+    return _BLOCK_MASKS[key]
+
+
+def attention_flex(
+    q: Tensor,  # (B, Tq, Hq, D)
+    k: Tensor,  # (B, Tk, Hkv, D)
+    v: Tensor,  # (B, Tk, Hkv, D)
+    window: int | None = None,  # the causal window; None: the full causal context
+) -> Tensor:  # (B, Tq, Hq, D)
+    "Causal (windowed) attention through FlexAttention: only blocks the window touches are computed. Compiled on CUDA."
+    global _flex_compiled
+    B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
+    fn = _flex_attention
+    if q.is_cuda:  # eager flex is a slow reference; the compiled one is the fused kernel
+        _flex_compiled = _flex_compiled or torch.compile(_flex_attention, dynamic=False)
+        fn = _flex_compiled
+    mask = window_block_mask(Tq, Tk, Tk if window is None else window, q.device)
+    y = fn(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), block_mask=mask, enable_gqa=Hq != Hkv)
+    return y.transpose(1, 2)
+
+
+def attention_backend(
+    q: Tensor,  # the queries (device, dtype)
+    Tq: int,  # queries
+    Tk: int,  # keys
+    window: int | None,  # the window (None: none)
+) -> str:
+    "Which kernel `attention` runs: 'fa3', 'flash', 'flex' (a window on CUDA, square) or 'sdpa'."
+    if q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and _fa3_func() is not None:
+        return "fa3"
+    if _use_flash(q):
+        return "flash"
+    windowed = window is not None and window < Tk
+    if windowed and Tq == Tk and q.is_cuda and _flex_attention is not None and os.environ.get("NANOLIT_FLEX") != "0":
+        return "flex"
+    return "sdpa"
+
+
 def attention(
     q: Tensor,  # queries (B, Tq, Hq, D); query i at position Tk - Tq + i (Tq = 1: a decode step on a KV cache)
     k: Tensor,  # keys (B, Tk, Hkv, D), Hq % Hkv == 0, Tk >= Tq
     v: Tensor,  # values, k's shape
     window: int | None = None,  # query p sees keys p - window < j <= p; None: the full causal context
 ) -> Tensor:  # (B, Tq, Hq, D) in q's dtype
-    "Causal attention, fast path: flash-attn for CUDA bf16/fp16 when installed, else SDPA. Scale 1/sqrt(D)."
+    """Causal attention, fast path (`attention_backend`): FlashAttention-3 on Hopper, flash-attn for CUDA bf16/fp16,
+    FlexAttention for a window on CUDA, else SDPA. Scale 1/sqrt(D)."""
     B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
-    if _use_flash(q):
-        return _flash_attn_func(q, k, v, causal=True, window_size=_flash_window(window))
+    backend = attention_backend(q, Tq, Tk, window)
+    if backend in ("fa3", "flash"):
+        fn = _fa3_func() if backend == "fa3" else _flash_attn_func
+        y = fn(q, k, v, causal=True, window_size=_flash_window(window))
+        return y[0] if isinstance(y, tuple) else y  # some FA3 builds also return the log-sum-exp
+    if backend == "flex":
+        return attention_flex(q, k, v, window)
     if window is not None and window >= Tk:
         window = None  # a window wider than the context is no window
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # SDPA wants (B, H, T, D)

@@ -21,9 +21,10 @@ from .core import detect_compute_dtype
 from .attention import attention
 
 # %% auto #0
-__all__ = ['VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES', 'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear',
-           'rotary_tables', 'apply_rotary', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache', 'ChunkedLMLoss',
-           'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model', 'generate']
+__all__ = ['VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES', 'LOSS_CHUNK_BYTES_CPU', 'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig',
+           'norm', 'Linear', 'rotary_tables', 'apply_rotary', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache',
+           'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model',
+           'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 @dataclass
@@ -276,7 +277,17 @@ class KVCache:
         self.pos, self.last_ids = 0, None
 
 # %% ../nbs/04_model.ipynb #c014c4cc
-LOSS_CHUNK_BYTES = 2**28  # fp32 logits of one block of `chunked_lm_loss` (256 MiB): rows = LOSS_CHUNK_BYTES // (4 V)
+LOSS_CHUNK_BYTES = 2**28  # fp32 logits of one block of `chunked_lm_loss` on a GPU (256 MiB): rows = bytes // (4 V)
+LOSS_CHUNK_BYTES_CPU = 2**24  # on a CPU: 16 MiB blocks stay in cache (a 1.2x faster cpu.sh step, bench_cpu_step.py)
+
+
+def loss_chunk_rows(
+    vocab: int,  # the head's rows V
+    device,  # where the loss runs (meta: as on a GPU, for 11's plan)
+) -> int:
+    "Rows per block of `chunked_lm_loss`: the device's block bytes over 4 V (fp32 logits), at least 1."
+    cpu = torch.device(device).type == "cpu"
+    return max(1, (LOSS_CHUNK_BYTES_CPU if cpu else LOSS_CHUNK_BYTES) // (4 * vocab))
 
 
 def _loss_dtype(h: Tensor) -> torch.dtype:
@@ -295,45 +306,98 @@ def _block_logits(h: Tensor, w: Tensor, softcap: float, n_valid: int | None = No
     return z, t
 
 # %% ../nbs/04_model.ipynb #a9ca3460
+def _block_grad(logits: Tensor, t: Tensor | None, lse: Tensor, y: Tensor, scale: Tensor | None) -> Tensor:
+    "d loss / d z of a block, in place over its logits: (p - onehot(y)) (1 - t^2), rows scaled (ignored rows 0)."
+    g = logits.sub_(lse[:, None]).exp_()  # softmax
+    g.scatter_add_(1, y.clamp(min=0)[:, None], -torch.ones_like(g[:, :1]))  # p - onehot(y)
+    w = (y >= 0).to(g.dtype) if scale is None else torch.where(y >= 0, scale.to(g.dtype), 0.0)
+    g.mul_(w[:, None])
+    if t is not None:
+        g.mul_(t.square_().neg_().add_(1))  # through c*tanh(z/c)
+    return g
+
+
+def _block_fused(
+    hb: Tensor, w: Tensor, y: Tensor, softcap: float, n_valid: int | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    "(log-sum-exps, losses, d(sum of losses)/dz) of a block, in few passes: `_block_logits` then `_block_grad`."
+    z = F.linear(hb, w.to(hb.dtype)).to(_loss_dtype(hb))
+    t = None
+    if softcap > 0:
+        t = z.div_(softcap).tanh_()
+        z = t * softcap
+    if n_valid is not None and n_valid < z.size(1):
+        z[:, n_valid:] = float("-inf")
+    m = z.amax(dim=1, keepdim=True)
+    picked = z.gather(1, y.clamp(min=0)[:, None])[:, 0]
+    e = z.sub_(m).exp_()  # in place: exp(z - max), once, for both the log-sum-exp and the softmax
+    s = e.sum(dim=1, keepdim=True)
+    lse = (m + s.log())[:, 0]
+    g = e.div_(s)  # softmax
+    g.scatter_add_(1, y.clamp(min=0)[:, None], -torch.ones_like(g[:, :1]))  # p - onehot(y)
+    valid = y >= 0
+    if hb.is_meta or not bool(valid.all()):  # ignored rows (SFT's masks): gradient 0
+        g.mul_(valid.to(g.dtype)[:, None])
+    if t is not None:
+        g.mul_(t.square_().neg_().add_(1))  # through c*tanh(z/c)
+    return lse, torch.where(valid, lse - picked, 0.0), g
+
+
 class ChunkedLMLoss(torch.autograd.Function):
-    "Per-position cross-entropy of softcapped logits h W^T, block by block; saves h, W, targets and the log-sum-exps."
+    """Per-position cross-entropy of softcapped logits h W^T, block by block; saves h, W, targets and the log-sum-exps.
+    `fused`: each block's gradient for a unit weight per position is made in the forward, while its logits exist, so
+    a backward whose weights are one value for all positions (mean or sum) only scales it; any other backward
+    recomputes the blocks."""
 
     @staticmethod
-    def forward(ctx, h, weight, targets, softcap, chunk_rows, n_valid):
+    def forward(ctx, h, weight, targets, softcap, chunk_rows, n_valid, fused):
         losses = torch.zeros(h.size(0), dtype=_loss_dtype(h), device=h.device)
         lses = torch.empty_like(losses)
+        gh = torch.empty_like(h) if fused else None  # d(sum of the valid losses) / dh, and / dW
+        gw = torch.zeros_like(weight, dtype=_loss_dtype(weight)) if fused else None
+        wd = weight.to(h.dtype)
         for i in range(0, h.size(0), chunk_rows):
-            logits, _ = _block_logits(h[i : i + chunk_rows], weight, softcap, n_valid)
-            y = targets[i : i + chunk_rows]
+            hb, y = h[i : i + chunk_rows], targets[i : i + chunk_rows]
+            if fused:
+                lses[i : i + chunk_rows], losses[i : i + chunk_rows], g = _block_fused(hb, weight, y, softcap, n_valid)
+                g = g.to(h.dtype)
+                gh[i : i + chunk_rows] = g @ wd
+                gw += (g.t() @ hb).to(gw.dtype)
+                continue
+            logits, t = _block_logits(hb, weight, softcap, n_valid)
             lse = torch.logsumexp(logits, dim=-1)
             lses[i : i + chunk_rows] = lse
             picked = logits.gather(1, y.clamp(min=0)[:, None])[:, 0]
             losses[i : i + chunk_rows] = torch.where(y >= 0, lse - picked, 0.0)
-        ctx.save_for_backward(h, weight, targets, lses)
+        ctx.save_for_backward(h, weight, targets, lses, gh, gw)
         ctx.softcap, ctx.chunk_rows, ctx.n_valid = softcap, chunk_rows, n_valid
         return losses
 
     @staticmethod
     def backward(ctx, grad_losses):
-        h, weight, targets, lses = ctx.saved_tensors
+        h, weight, targets, lses, gh, gw = ctx.saved_tensors
         sc, rows = ctx.softcap, ctx.chunk_rows
+        if gh is not None:  # fused: the forward made the gradients of unit weights
+            valid = targets >= 0  # no boolean indexing: the meta trace (11's plan) runs this too
+            s = grad_losses.gather(0, valid.int().argmax()[None])[
+                0
+            ]  # the first valid row's weight (no valid row: gh, gw are 0)
+            if h.is_meta or bool(((grad_losses - s) * valid).abs().max() == 0):
+                grad_h = (gh * s.to(gh.dtype)) if ctx.needs_input_grad[0] else None
+                grad_w = (gw * s.to(gw.dtype)).to(weight.dtype) if ctx.needs_input_grad[1] else None
+                return grad_h, grad_w, None, None, None, None, None
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight, dtype=_loss_dtype(weight)) if ctx.needs_input_grad[1] else None
         wd = weight.to(h.dtype)
         for i in range(0, h.size(0), rows):
             hb, y = h[i : i + rows], targets[i : i + rows]
             logits, t = _block_logits(hb, weight, sc, ctx.n_valid)
-            g = torch.exp(logits - lses[i : i + rows, None])  # softmax
-            g.scatter_add_(1, y.clamp(min=0)[:, None], -torch.ones_like(g[:, :1]))  # p - onehot(y)
-            g *= torch.where(y >= 0, grad_losses[i : i + rows].to(g.dtype), 0.0)[:, None]
-            if t is not None:
-                g *= 1 - t * t  # through c*tanh(z/c)
-            g = g.to(h.dtype)
+            g = _block_grad(logits, t, lses[i : i + rows], y, grad_losses[i : i + rows]).to(h.dtype)
             if grad_h is not None:
                 grad_h[i : i + rows] = g @ wd
             if grad_w is not None:
                 grad_w += (g.t() @ hb).to(grad_w.dtype)
-        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None
+        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None
 
 # %% ../nbs/04_model.ipynb #22c0645e
 def chunked_lm_loss(
@@ -342,8 +406,9 @@ def chunked_lm_loss(
     targets: Tensor,  # (N,) int64, -1 ignored
     softcap: float = 0.0,  # c; 0: no softcap
     reduction: str = "mean",  # 'none' ((N,) fp32, 0 where ignored), 'sum', or 'mean' over non-ignored positions
-    chunk_rows: int | None = None,  # positions per block; default LOSS_CHUNK_BYTES // (4 V)
+    chunk_rows: int | None = None,  # positions per block; default `loss_chunk_rows` (the device's block bytes / 4 V)
     n_valid: int | None = None,  # real vocabulary rows of `weight` (the rest is padding, never scored); None: all
+    fused: bool | None = None,  # gradients made in the forward (`ChunkedLMLoss`); None: for mean/sum under autograd
 ) -> Tensor:
     "`F.cross_entropy` of the fp32 logits c*tanh(h W^T / c), gradients included, never holding the (N, V) logits."
     if reduction not in ("mean", "sum", "none"):
@@ -351,11 +416,13 @@ def chunked_lm_loss(
     if h.ndim != 2 or targets.shape != h.shape[:1] or weight.ndim != 2 or weight.size(1) != h.size(1):
         shapes = f"{tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}"
         raise ValueError(f"need h (N, d), weight (V, d), targets (N,); got {shapes}")
-    rows = chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * weight.size(0)))
+    rows = chunk_rows or loss_chunk_rows(weight.size(0), h.device)
     n_valid = weight.size(0) if n_valid is None else n_valid
     if not 0 < n_valid <= weight.size(0):
         raise ValueError(f"n_valid must be in [1, {weight.size(0)}] (the head's rows), got {n_valid}")
-    losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows), int(n_valid))
+    if fused is None:  # per-position weights (reduction none: RL's advantages) would make the backward recompute
+        fused = reduction != "none" and torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows), int(n_valid), bool(fused))
     if reduction == "none":
         return losses
     return losses.sum() if reduction == "sum" else losses.sum() / (targets >= 0).sum()

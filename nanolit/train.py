@@ -43,9 +43,9 @@ __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REF
            'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank', 'train_memory_bytes',
            'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling', 'mfu', 'RunPlan',
            'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'build_train_model',
-           'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective', 'micro_steps',
-           'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training', 'finish_training',
-           'train_sample', 'train']
+           'use_compile', 'fp8_capable', 'apply_fp8', 'setup_training', 'describe', 'load_train_state',
+           'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter', 'val_bpb',
+           'val_bpb_exact', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -87,7 +87,8 @@ class TrainConfig(OptimConfig, RunConfig):
     long_docs: Literal["mix", "split", "crop"] = "mix"  # long documents: heads + tails (02), pieces, crop
     tail_share: float = 0.3  # with long_docs mix: the share of rows cut from documents' tails
     allow_long_sequence: bool = False  # permit sequence_len above MAX_SEQUENCE_LEN (65536)
-    compile: bool = False  # torch.compile the model (minutes of cold compile on a CPU)
+    compile: str = "auto"  # torch.compile the model: auto (on CUDA; off on a CPU, where it costs minutes), true, false
+    fp8: bool = False  # FP8 matmuls in the blocks (torchao float8 training): FP8-capable GPUs only (H100 class)
     plan: bool = False  # print the run's plan (model, horizon, batch, memory per rank, time) and exit: trains nothing
     gpu: str = ""  # with --plan: h100, h200, a100 or cpu (default: this machine's device)
     world_size: int = 0  # with --plan: the ranks to plan for (default: this launch's)
@@ -142,6 +143,10 @@ def check_values(
     for n in ("gpu", "world_size", "vocab_size"):
         if getattr(cfg, n) and not cfg.plan:
             cfg.bad(n, "only applies with --plan")
+    if isinstance(cfg.compile, bool):  # TrainConfig(compile=True) from Python
+        cfg.compile = "true" if cfg.compile else "false"
+    if cfg.compile not in ("auto", "true", "false"):
+        cfg.bad("compile", "must be auto, true or false")
     if cfg.long_docs not in ("mix", "split", "crop"):
         cfg.bad("long_docs", "must be mix, split or crop")
     if cfg.dp_mode not in DP_MODES:
@@ -176,8 +181,10 @@ def check_layout(
     for n in ("tp", "pp", "ep", "cp"):
         if getattr(cfg, n) > 1 and cfg.dp_mode != "naive":
             cfg.bad("dp_mode", f"with --{n} {getattr(cfg, n)} only naive data parallelism is supported")
-        if getattr(cfg, n) > 1 and cfg.compile and n != "tp":
+        if getattr(cfg, n) > 1 and cfg.compile == "true" and n != "tp":
             cfg.bad("compile", f"is not supported with --{n} > 1")
+        if getattr(cfg, n) > 1 and cfg.fp8:
+            cfg.bad("fp8", f"is not built with --{n} > 1 yet")
     for n in ("tp", "pp", "cp"):
         for piece in ("smear", "backout", "qk_gain", "ve_gate_input"):
             if getattr(cfg, n) > 1 and getattr(cfg, piece):
@@ -234,7 +241,7 @@ MEMORY_REFUSE_FACTOR = 1.25  # refuse a run whose estimate exceeds the device me
 
 
 # Measured against traced CPU steps (see the test): N = B*T positions, N*d*(n_layer*(20, or 6+14/tp, or 20/tp with
-# sp) + 3)*bytes_per_el + 12*N, plus the loss: 20*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N,
+# sp) + 3)*bytes_per_el + 12*N, plus the loss: 12*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N,
 # loss_chunk_rows, default LOSS_CHUNK_BYTES // (4 V))), or 16*N*V/tp with the full logits of the tp / pp heads
 # (`chunked_loss=False`).
 def activation_bytes(
@@ -255,7 +262,7 @@ def activation_bytes(
     saved = N * n_embd * (n_layer * per + 3) * bytes_per_el + 12 * N
     if chunked_loss:
         rows = min(N, loss_chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * vocab_size)))
-        return int(saved + 5 * 4 * rows * vocab_size)
+        return int(saved + 3 * 4 * rows * vocab_size)
     return int(saved + 16 * N * vocab_size / tp)
 
 
@@ -752,6 +759,46 @@ def build_train_model(
     flops += 6 * gcfg.n_layer * (cfg.moe_top_k * 2 * d * h + d * cfg.moe_experts - 8 * d * d)
     return model, dict(experts=cfg.moe_experts, top_k=cfg.moe_top_k, hidden=h), flops
 
+# %% ../nbs/11_train.ipynb #4dd24eea
+def use_compile(
+    cfg: TrainConfig,  # the run's config (`compile`: auto, true, false)
+    device,  # this rank's device
+) -> bool:
+    "Whether the run compiles its model: --compile true, or auto on CUDA in a layout the compiler takes (no pp/ep/cp)."
+    if cfg.compile == "auto":
+        return torch.device(device).type == "cuda" and max(cfg.pp, cfg.ep, cfg.cp) == 1
+    return cfg.compile == "true"
+
+
+def fp8_capable(
+    device,  # a device
+    capability: tuple[int, int] | None = None,  # its compute capability (default: asked of the GPU)
+) -> bool:
+    "Whether `device` has FP8 tensor cores: a CUDA GPU of compute capability 8.9 or more."
+    if torch.device(device).type != "cuda":
+        return False
+    return tuple(capability or torch.cuda.get_device_capability(torch.device(device))) >= (8, 9)
+
+
+def apply_fp8(
+    model: GPT,  # the model, before the layout and optimizer see it
+) -> int:
+    "Swap the blocks' Linear layers for torchao's Float8Linear (weights stay the same parameters); how many swapped."
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError:
+        raise ValueError("--fp8 true needs torchao: pip install -e '.[gpu]'") from None
+
+    def eligible(mod, fqn):  # FP8 tiles take dims that are multiples of 16; the lm head stays bf16
+        return (
+            isinstance(mod, torch.nn.Linear)
+            and fqn.startswith("blocks.")
+            and mod.in_features % 16 == 0 == mod.out_features % 16
+        )
+
+    convert_to_float8_training(model, module_filter_fn=eligible)
+    return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+
 # %% ../nbs/11_train.ipynb #153215a5
 def setup_training(
     cfg: TrainConfig,  # the run's config
@@ -773,10 +820,14 @@ def setup_training(
     note = check_memory(need, device_memory_bytes(run.device), f"{what}{COMPUTE_DTYPE}) on {run.device}")
     if note:  # refuse only what cannot fit (above), warn on what may not
         print0(note)
+    if cfg.fp8 and not fp8_capable(run.device):  # before anything is built
+        raise ValueError(f"--fp8 true needs an FP8-capable GPU (compute capability 8.9+: H100, L40S), not {run.device}")
     model, moe, flops = build_train_model(cfg, gcfg, run.device)
+    if cfg.fp8:
+        print0(f"fp8: {apply_fp8(model)} matmuls in float8 (torchao, dynamic tensorwise scaling)")
     n_params, n_scaling = model.num_params(), model.num_scaling_params()  # the whole model's, before any split
     step_model = layout.prepare(model)  # before the optimizer: it must see the shards
-    step_model = torch.compile(step_model, dynamic=False) if cfg.compile else step_model
+    step_model = torch.compile(step_model, dynamic=False) if use_compile(cfg, run.device) else step_model
     plan = plan_scaling(cfg, n_scaling, B * T * layout.data_size)  # horizon, batch, lr and decay (the rules above)
     kwargs = cfg.optimizer_kwargs(plan.lr_scale) | dict(weight_decay=plan.weight_decay)
     opt = layout.optimizer(build_optimizer(layout.param_groups(model), **kwargs, model_dim=gcfg.n_embd))

@@ -92,3 +92,9 @@ def test_speedrun_smoke_every_stage_then_resumes(tmp_path):
         assert r2.stdout.count("is already complete") >= 3, r2.stdout
     finally:
         server.shutdown()
+
+
+def test_gpu_check_says_why_it_cannot_run_on_a_cpu():
+    r = subprocess.run([sys.executable, str(ROOT / "dev/gpu_check.py")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode != 0 and "no CUDA GPU: this check is for a GPU machine" in r.stderr

@@ -426,6 +426,8 @@ def memory_per_rank(
     param_shards = dp_size if cfg.dp_mode == "fsdp2" else 1
     optim_shards = dp_size if cfg.dp_mode in ("zero1", "fsdp2") else 1
     mem = dict(parameters=4 * n / param_shards / split, gradients=4 * n / param_shards / split)
+    if cfg.dp_mode == "ddp" and dp_size > 1:  # DDP's communication buckets: a second copy of the gradients
+        mem["gradients"] *= 2
     mem["optimizer"] = (4 * muon + 8 * (n - muon)) / optim_shards / split
     B, T = cfg.device_batch_size, cfg.sequence_len
     if cfg.tp == cfg.pp == cfg.cp == 1:

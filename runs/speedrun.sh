@@ -39,11 +39,12 @@ else  # 8 x H100 (80 GB)
   CHAT_ITEMS=${CHAT_ITEMS:-500}; BIGBENCH=${BIGBENCH:-true}
 fi
 TAG=${TAG:-d$DEPTH}
+DP_MODE=${DP_MODE:-ddp}  # torch DDP: bucketed all-reduces overlapped with the backward (zero1: sharded optimizer state)
 RATIO=${RATIO:-20}  # tokens per scaling parameter when STEPS is -1 (Chinchilla)
 SOURCE=${SOURCE:-climbmix}  # NVIDIA's ClimbMix (nanochat's current default) or fineweb-edu; DATA_URL overrides
 TRAIN_ARGS=(--tag "$TAG" --depth "$DEPTH" --head-dim "$HEAD_DIM" --sequence-len "$SEQ" --device-batch-size "$DEVICE_BATCH"
   --total-batch-size "$TOTAL_BATCH" --num-iterations "$STEPS" --target-param-data-ratio "$RATIO"
-  --eval-every "$EVAL_EVERY" --eval-tokens "$EVAL_TOKENS" --save-every "$SAVE_EVERY" --progress false)
+  --eval-every "$EVAL_EVERY" --eval-tokens "$EVAL_TOKENS" --save-every "$SAVE_EVERY" --dp-mode "$DP_MODE" --progress false)
 PY=${PY:-.venv/bin/python}
 RUN=("$PY" -m torch.distributed.run --standalone --nproc_per_node="$NPROC")  # torchrun
 

@@ -81,7 +81,7 @@ def test_speedrun_smoke_every_stage_then_resumes(tmp_path):
         assert (base / "tokenizer" / "tokenizer.json").exists()
         for stage in ("base", "sft", "rl"):
             assert list((base / "checkpoints" / stage / "d2").glob("step_*")), f"no {stage} checkpoint"
-        assert "world 2: DataParallel(dp 2" in r.stdout  # two ranks through torchrun
+        assert "world 2: DataParallel(dp 2, ddp)" in r.stdout  # two ranks through torchrun
         assert "CORE " in r.stdout and "val bpb" in r.stdout and "ChatCORE" in r.stdout
         report = base / "report" / "d2.md"
         assert report.exists() and "What is your name" in report.read_text()

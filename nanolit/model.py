@@ -416,12 +416,15 @@ def chunked_lm_loss(
     if h.ndim != 2 or targets.shape != h.shape[:1] or weight.ndim != 2 or weight.size(1) != h.size(1):
         shapes = f"{tuple(h.shape)}, {tuple(weight.shape)}, {tuple(targets.shape)}"
         raise ValueError(f"need h (N, d), weight (V, d), targets (N,); got {shapes}")
+    if chunk_rows is not None and (isinstance(chunk_rows, bool) or chunk_rows < 1):
+        raise ValueError(f"chunk_rows must be an int >= 1 (or None: the device's default), got {chunk_rows!r}")
     rows = chunk_rows or loss_chunk_rows(weight.size(0), h.device)
     n_valid = weight.size(0) if n_valid is None else n_valid
     if not 0 < n_valid <= weight.size(0):
         raise ValueError(f"n_valid must be in [1, {weight.size(0)}] (the head's rows), got {n_valid}")
     if fused is None:  # per-position weights (reduction none: RL's advantages) would make the backward recompute
         fused = reduction != "none" and torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    fused = fused and h.size(0) > 0  # no rows: nothing to make ahead
     losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows), int(n_valid), bool(fused))
     if reduction == "none":
         return losses

@@ -185,6 +185,13 @@ def check_layout(
             cfg.bad("compile", f"is not supported with --{n} > 1")
         if getattr(cfg, n) > 1 and cfg.fp8:
             cfg.bad("fp8", f"is not built with --{n} > 1 yet")
+    if cfg.tp > 1:
+        g = GPTConfig.from_depth(cfg.depth, vocab_size=512, aspect_ratio=cfg.aspect_ratio, head_dim=cfg.head_dim)
+        if g.n_kv_head % cfg.tp or g.n_head % cfg.tp:
+            cfg.bad(
+                "tp",
+                f"must divide the {g.n_head} query and {g.n_kv_head} KV heads of depth {cfg.depth} (whole heads)",
+            )
     for n in ("tp", "pp", "cp"):
         for piece in ("smear", "backout", "qk_gain", "ve_gate_input"):
             if getattr(cfg, n) > 1 and getattr(cfg, piece):
@@ -241,7 +248,7 @@ MEMORY_REFUSE_FACTOR = 1.25  # refuse a run whose estimate exceeds the device me
 
 
 # Measured against traced CPU steps (see the test): N = B*T positions, N*d*(n_layer*(20, or 6+14/tp, or 20/tp with
-# sp) + 3)*bytes_per_el + 12*N, plus the loss: 12*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N,
+# sp) + 3)*bytes_per_el + 12*N, plus the loss: 8*rows*V bytes with the model's `chunked_lm_loss` (rows = min(N,
 # loss_chunk_rows, default LOSS_CHUNK_BYTES // (4 V))), or 16*N*V/tp with the full logits of the tp / pp heads
 # (`chunked_loss=False`).
 def activation_bytes(
@@ -262,7 +269,7 @@ def activation_bytes(
     saved = N * n_embd * (n_layer * per + 3) * bytes_per_el + 12 * N
     if chunked_loss:
         rows = min(N, loss_chunk_rows or max(1, LOSS_CHUNK_BYTES // (4 * vocab_size)))
-        return int(saved + 3 * 4 * rows * vocab_size)
+        return int(saved + 2 * 4 * rows * vocab_size)
     return int(saved + 16 * N * vocab_size / tp)
 
 
@@ -388,8 +395,9 @@ def traced_step_memory(
     B: int,  # rows per micro-step
     T: int,  # tokens per row
     dtype: torch.dtype,  # the compute dtype to trace in (bf16 for GPUs)
+    micro_steps: int = 1,  # 2 traces accumulation: the second backward runs with every gradient already held
 ) -> dict:
-    "Bytes at the peak of one forward + backward on the meta device (nothing allocated): peak, logits, gradients."
+    "Bytes at the peak of forward + backward micro-steps on the meta device (nothing allocated): peak, logits, grads."
     with torch.device("meta"):
         model = GPT(gcfg)
     x = torch.zeros(B, T, dtype=torch.long, device="meta")
@@ -397,7 +405,8 @@ def traced_step_memory(
     os.environ["NANOLIT_DTYPE"] = str(dtype).split(".")[-1]  # core's precision policy, as the GPU would choose it
     try:
         with TracedPeak(gcfg.padded_vocab) as tp:
-            model(x, x).backward()
+            for _ in range(micro_steps):
+                model(x, x).backward()
     finally:
         if old is None:
             os.environ.pop("NANOLIT_DTYPE")
@@ -412,6 +421,7 @@ def memory_per_rank(
     vocab_size: int,  # the tokenizer's
     dp_size: int = 1,  # data-parallel ranks
     dtype: torch.dtype | None = None,  # the compute dtype (default `COMPUTE_DTYPE`: bf16 on GPUs)
+    accum: int = 1,  # micro-steps per optimizer step (> 1: activations are traced beside the whole gradients)
 ) -> tuple[dict, bool]:
     """Bytes per rank of pretraining `cfg`: parameters, gradients, optimizer, activations (at the peak of a step) and
     logits (part of the activations); and whether the activations were traced (a layout that splits the model uses
@@ -431,7 +441,7 @@ def memory_per_rank(
     mem["optimizer"] = (4 * muon + 8 * (n - muon)) / optim_shards / split
     B, T = cfg.device_batch_size, cfg.sequence_len
     if cfg.tp == cfg.pp == cfg.cp == 1:
-        t = traced_step_memory(gcfg, B, T, dtype)
+        t = traced_step_memory(gcfg, B, T, dtype, 2 if accum > 1 else 1)
         mem.update(activations=t["peak"] - t["gradients"], logits=t["logits"])
         return mem, True
     layers, chunked = -(-gcfg.n_layer // cfg.pp), cfg.tp == cfg.pp == 1
@@ -639,7 +649,12 @@ def plan_run(
     B, T, dp = cfg.device_batch_size, cfg.sequence_len, world // split
     scaling = plan_scaling(cfg, model.num_scaling_params(), B * T * dp)
     accum = grad_accum_steps(scaling.total_batch_size, B, T, dp)
-    mem, traced = memory_per_rank(cfg, vocab, dp, dtype)
+    fp8_ok = name in ("h100", "h200") or (
+        name not in PLAN_GPUS and name != "cpu" and torch.cuda.get_device_capability() >= (8, 9)
+    )
+    if cfg.fp8 and not fp8_ok:  # compute capability 8.9+ (`fp8_capable`, below)
+        raise ValueError(f"--fp8 true needs an FP8-capable GPU (compute capability 8.9+: H100, L40S), not {name}")
+    mem, traced = memory_per_rank(cfg, vocab, dp, dtype, accum)
     what = (
         f"depth {cfg.depth} ({gcfg.n_layer} layers of width {gcfg.n_embd}, {gcfg.n_head} heads of {gcfg.head_dim}), "
         f"vocab {vocab:,}, T {T}, on {world} x {name} ({_gib(capacity)}, {peak / 1e12:.3g} TFLOP/s each), "
@@ -945,13 +960,31 @@ def resume_training(
     old = meta.get("config") or {}
     saved = meta.get("tokens_per_step", t.tokens_per_step), meta.get("n_slots")
     if saved != (t.tokens_per_step, t.n_slots) and "tokens_per_step" in meta:  # the batch and its data shards
-        keep = " ".join(f"--{k.replace('_', '-')} {old.get(k, '?')}" for k in ("device_batch_size", "sequence_len"))
+        knobs = ["device_batch_size", "sequence_len"]
+        if old.get("total_batch_size") == -1:  # a planned batch: the plan's inputs, not its output
+            knobs += ["num_iterations", "target_param_data_ratio"]
+        keep = " ".join(f"--{k.replace('_', '-')} {old.get(k, '?')}" for k in knobs)
         raise ValueError(
             f"cannot resume from {run.dir}: it trained {saved[0]:,} tokens a step in {saved[1]} data shards, this "
-            f"run would take {t.tokens_per_step:,} in {t.n_slots}; resume with --total-batch-size {saved[0]} {keep} "
+            f"run would take {t.tokens_per_step:,} in {t.n_slots}; resume with --total-batch-size "
+            f"{old.get('total_batch_size', saved[0])} {keep} "
             f"(any world whose data ranks x accumulation steps is {saved[1]})"
         )
     check_resume(meta, t.n_slots, run.world, t.accum)  # checkpoints from before tokens_per_step was saved
+    # the optimizer state brings back the checkpoint's lrs and decay: a changed flag would be silently ignored
+    for k in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "wd_tau", "lr_ref_batch"):
+        if k in old and old[k] != getattr(run.cfg, k):
+            flag = f"--{k.replace('_', '-')}"
+            raise ValueError(
+                f"cannot resume from {run.dir}: it was trained with {flag} {old[k]}, and its optimizer state keeps "
+                f"that; resume with {flag} {old[k]}, or start a new --tag"
+            )
+    if "lr_scale" in meta and not math.isclose(meta["lr_scale"], t.plan.lr_scale):
+        raise ValueError(
+            f"cannot resume from {run.dir}: its plan scaled every lr by {meta['lr_scale']:.4g}, this run's by "
+            f"{t.plan.lr_scale:.4g} (the batch rule); resume with the flags it was planned from "
+            f"(--total-batch-size {old.get('total_batch_size', '?')} --num-iterations {old.get('num_iterations', '?')})"
+        )
     was_planned = meta.get("num_steps", t.num_steps)
     if was_planned != t.num_steps:  # a new horizon: the lr schedule changes from here on
         knobs = ("num_iterations", "target_param_data_ratio", "total_batch_size")
@@ -1144,6 +1177,7 @@ def save_training(
         accum=t.accum,
         tokens_per_step=t.tokens_per_step,
         num_steps=t.num_steps,
+        lr_scale=t.plan.lr_scale if t.plan else 1.0,
         tokenizer=dict(vocab_size=t.tok.vocab_size, fingerprint=t.tok.fingerprint()),
         loader_states=[x for s in heads for x in s["loaders"]],
         dp_mode=cfg.dp_mode,

@@ -118,7 +118,8 @@ def main():
     ap.add_argument("--depths", default="12,20")
     ap.add_argument("--rows", type=int, default=16)
     a = ap.parse_args()
-    assert torch.cuda.is_available(), "no CUDA GPU: this check is for a GPU machine"
+    if not torch.cuda.is_available():
+        raise SystemExit("error: no CUDA GPU: this check is for a GPU machine")
     name, cap = torch.cuda.get_device_name(), torch.cuda.get_device_capability()
     print(f"{name}, capability {cap}, torch {torch.__version__}, peak {get_peak_flops('cuda') / 1e12:.0f} TFLOP/s bf16")
     print("| check | result | detail |\n|---|---|---|")

@@ -13,5 +13,6 @@ if [ -d .gpu_wheels ]; then  # carried wheels (dev/gpu_wheels.sh) for what the m
     || echo "could not install the carried wheels: the check runs without them"
   export PYTHONPATH=$PWD/.gpu_site${PYTHONPATH:+:$PYTHONPATH}
 fi
+"$PY" -c "import torch" 2>/dev/null || { echo "error: $PY has no PyTorch: set PY to a Python with a CUDA build of it"; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout "${GPU_CHECK_TIMEOUT:-540}" "$PY" dev/gpu_check.py "$@"

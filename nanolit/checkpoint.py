@@ -27,7 +27,7 @@ from .core import autodetect_device_type, get_base_dir, git_commit
 from .tokenizer import Tokenizer, check_tokenizer, get_tokenizer
 from .model import GPT, GPTConfig
 from .parallel.expert_parallel import moeify
-from .parallel.data_parallel import ZeroMuonAdamW, all_gather_into
+from .parallel.data_parallel import ZeroMuonAdamW
 
 # %% auto #0
 __all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint', 'remove_checkpoint',
@@ -401,18 +401,14 @@ def optimizer_state_dict(
         return names[id(p)]
 
     if isinstance(optimizer, ZeroMuonAdamW):
-        W, r = optimizer.world, optimizer.rank
-        for g, L, st in zip(optimizer.param_groups, optimizer.layouts, optimizer.state):
+        r = optimizer.rank
+        for gi, (g, L, st) in enumerate(zip(optimizer.param_groups, optimizer.layouts, optimizer.state)):
             if g["kind"] == "adamw":
                 if not st:
                     continue  # never stepped: nothing to save
                 for k in ("exp_avg", "exp_avg_sq"):
-                    buf = st[k]
-                    if W > 1:
-                        buf = torch.empty(W * L["shard"], dtype=st[k].dtype, device=st[k].device)
-                        all_gather_into(buf, st[k].contiguous(), optimizer.group)
-                    for p, off in zip(g["params"], L["offsets"]):
-                        out[f"{name(p)}/{k}"] = buf[off : off + p.numel()].view(p.shape).clone()
+                    for p, t in zip(g["params"], optimizer.unshard_state(gi, k)):
+                        out[f"{name(p)}/{k}"] = t
                 for p in g["params"]:
                     out[f"{name(p)}/step"] = st["step"].clone()
             else:
@@ -467,19 +463,15 @@ def _install_optim_state(optimizer, model, loaded: dict) -> None:
                 if names[id(p)] in per:
                     optimizer.state[p] = per[names[id(p)]]
         return
-    W, r = optimizer.world, optimizer.rank
+    r = optimizer.rank
     for gi, (g, L) in enumerate(zip(optimizer.param_groups, optimizer.layouts)):
-        S, st = L["shard"], {}
+        st = {}
         if g["kind"] == "adamw":
-            have = [(p, off, per[names[id(p)]]) for p, off in zip(g["params"], L["offsets"]) if names[id(p)] in per]
-            if have:
+            have = [per.get(names[id(p)]) for p in g["params"]]
+            if any(s is not None for s in have):
                 for k in ("exp_avg", "exp_avg_sq"):
-                    p0 = g["params"][0]
-                    flat = torch.zeros(W * S, dtype=have[0][2][k].dtype, device=p0.device)
-                    for p, off, s in have:
-                        flat[off : off + p.numel()].copy_(s[k].reshape(-1))
-                    st[k] = flat[r * S : (r + 1) * S].clone()
-                st["step"] = have[0][2]["step"].clone()
+                    st[k] = optimizer.shard_state(gi, [None if s is None else s[k] for s in have])
+                st["step"] = next(s for s in have if s is not None)["step"].clone()
         else:
             for i, p in enumerate(g["params"]):
                 if L["owners"][i] == r and names[id(p)] in per:

@@ -27,7 +27,7 @@ from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
 from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
 from .parallel.mesh import MeshLayout, init_mesh
-from .parallel.data_parallel import DP_MODES, DataParallel, clip_grad_norm_
+from .parallel.data_parallel import DP_MODES, ZERO2_BUCKET_MB, DataParallel, clip_grad_norm_
 from .parallel.tensor_parallel import TensorParallel
 from .parallel.pipeline_parallel import PIPELINE_SCHEDULES, PipelineParallel
 from .parallel.expert_parallel import ExpertParallel, moeify, moe_aux_loss
@@ -273,21 +273,36 @@ def activation_bytes(
     return int(saved + 16 * N * vocab_size / tp)
 
 
-# fp32 weights and gradients (8 bytes a parameter, / param_shards under FSDP2), Muon momentum (4, matrices) and AdamW
-# moments (8, the rest) / optim_shards (ZeRO-1, FSDP2), and the compute-dtype copies of the matmul weights kept for
-# backward when bytes_per_el < 4; all / model_shards (tp x pp).
+# fp32 weights and gradients (4 bytes a parameter each; both / dp under FSDP2), Muon momentum (4, matrices) and AdamW
+# moments (8, the rest; / dp under ZeRO and FSDP2); all / model_shards (tp x pp). The gradients by rung: DDP keeps a
+# second copy in its buckets; ZeRO-2 keeps its 1/dp shard plus the buckets in flight during backward (at most
+# `max_in_flight` + 1 of the largest; Muon's buckets hold one matrix per rank), or the whole local gradient when
+# micro-steps accumulate.
 def train_state_bytes(
     param_groups: dict,  # {"matrix", "embedding", "lm_head", "scalar"} -> parameters (meta tensors are fine)
-    bytes_per_el: int = 2,  # the compute dtype's size
+    dp_mode: str = "naive",  # the data-parallel rung (06b `DP_MODES`)
+    dp_size: int = 1,  # data-parallel ranks
     model_shards: int = 1,  # tp x pp
-    optim_shards: int = 1,  # optimizer-state shards (ZeRO-1, FSDP2)
-    param_shards: int = 1,  # weight and gradient shards (FSDP2)
-) -> int:
-    """Bytes per rank of the training state (weights, gradients, optimizer state) of a model with `param_groups`."""
+    accum: int = 1,  # micro-steps per optimizer step
+) -> dict:
+    """Bytes per rank of the training state of a model with `param_groups`: {parameters, gradients, optimizer}."""
     n = {k: sum(p.numel() for p in ps) for k, ps in param_groups.items()}
     total, muon = sum(n.values()), n.get("matrix", 0)
-    copies = (muon + n.get("lm_head", 0)) * bytes_per_el if bytes_per_el < 4 else 0
-    return int((total * 8 / param_shards + (muon * 4 + (total - muon) * 8) / optim_shards + copies) / model_shards)
+    param_shards = dp_size if dp_mode == "fsdp2" else 1
+    optim_shards = dp_size if dp_mode in ("zero1", "zero2", "fsdp2") else 1
+    grads = 4 * total / param_shards
+    if dp_mode == "ddp" and dp_size > 1:
+        grads *= 2
+    if dp_mode == "zero2" and dp_size > 1:
+        mats = max((p.numel() for p in param_groups.get("matrix", [])), default=0) * dp_size
+        rest = max((p.numel() for k, ps in param_groups.items() if k != "matrix" for p in ps), default=0)
+        largest = 4 * max(mats, rest, ZERO2_BUCKET_MB * 2**20 / 4)
+        grads = 4 * total / dp_size + (4 * total if accum > 1 else min(4 * total, 3 * largest))
+    return dict(
+        parameters=4 * total / param_shards / model_shards,
+        gradients=grads / model_shards,
+        optimizer=(4 * muon + 8 * (total - muon)) / optim_shards / model_shards,
+    )
 
 
 def device_memory_bytes(device) -> float:
@@ -431,14 +446,9 @@ def memory_per_rank(
     with torch.device("meta"):
         model = GPT(gcfg)
     g = model.param_groups()
-    n, muon = model.num_params(), sum(p.numel() for p in g["matrix"])
+    muon = sum(p.numel() for p in g["matrix"])
     split, el = cfg.tp * cfg.pp, torch.finfo(dtype).bits // 8
-    param_shards = dp_size if cfg.dp_mode == "fsdp2" else 1
-    optim_shards = dp_size if cfg.dp_mode in ("zero1", "fsdp2") else 1
-    mem = dict(parameters=4 * n / param_shards / split, gradients=4 * n / param_shards / split)
-    if cfg.dp_mode == "ddp" and dp_size > 1:  # DDP's communication buckets: a second copy of the gradients
-        mem["gradients"] *= 2
-    mem["optimizer"] = (4 * muon + 8 * (n - muon)) / optim_shards / split
+    mem = train_state_bytes(g, cfg.dp_mode, dp_size, split, accum)
     B, T = cfg.device_batch_size, cfg.sequence_len
     if cfg.tp == cfg.pp == cfg.cp == 1:
         t = traced_step_memory(gcfg, B, T, dtype, 2 if accum > 1 else 1)
@@ -679,7 +689,8 @@ def plan_run(
     if not plan.fits:
         raise ValueError(
             f"the plan needs {_gib(plan.total)} per rank, more than the {_gib(capacity)} of a {name}: lower "
-            f"--device-batch-size (the batch stays with --total-batch-size), or shard with --dp-mode zero1"
+            f"--device-batch-size (the batch stays with --total-batch-size)"
+            + ("" if cfg.dp_mode in ("zero2", "fsdp2") else ", or shard with --dp-mode zero2")
         )
     return plan
 

@@ -39,7 +39,7 @@ else  # 8 x H100 (80 GB)
   CHAT_ITEMS=${CHAT_ITEMS:-500}; BIGBENCH=${BIGBENCH:-true}
 fi
 TAG=${TAG:-d$DEPTH}
-DP_MODE=${DP_MODE:-ddp}  # torch DDP: bucketed all-reduces overlapped with the backward (zero1: sharded optimizer state)
+DP_MODE=${DP_MODE:-zero2}  # ZeRO-2 (06b): reduce-scatters overlapped with backward, sharded Muon and state (ddp: torch DDP)
 RATIO=${RATIO:-20}  # tokens per scaling parameter when STEPS is -1 (Chinchilla)
 SOURCE=${SOURCE:-climbmix}  # NVIDIA's ClimbMix (nanochat's current default) or fineweb-edu; DATA_URL overrides
 TRAIN_ARGS=(--tag "$TAG" --depth "$DEPTH" --head-dim "$HEAD_DIM" --sequence-len "$SEQ" --device-batch-size "$DEVICE_BATCH"

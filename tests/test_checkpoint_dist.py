@@ -57,7 +57,7 @@ def _close(sd, ref_sd, losses, ref_losses):
 
 
 @pytest.mark.parametrize("mode,world,accum", [("ddp", 2, 1), ("ddp", 2, 2), ("zero1", 2, 2), ("zero1", 4, 1),
-                                              ("fsdp2", 2, 1), ("fsdp2", 2, 2)])
+                                              ("zero2", 2, 2), ("zero2", 4, 1), ("fsdp2", 2, 1), ("fsdp2", 2, 2)])
 def test_dp_mode_equals_single_process(tiny_base_dir, mode, world, accum):
     ref_losses, ref_sd, _ = _ref(tiny_base_dir, world * accum)
     outs = run_distributed(_train, world, tiny_base_dir, f"{mode}_{world}_{accum}", dp_mode=mode,
@@ -85,7 +85,8 @@ def test_uneven_row_groups_do_not_hang(tmp_path, tiny_base_dir):
     assert epochs[1] > epochs[0], epochs           # the short slot really wrapped around more often
 
 
-@pytest.mark.parametrize("save,load", [((2, 1, "zero1"), (1, 2, "naive")), ((2, 2, "zero1"), (4, 1, "fsdp2"))])
+@pytest.mark.parametrize("save,load", [((2, 1, "zero1"), (1, 2, "naive")), ((2, 2, "zero1"), (4, 1, "fsdp2")),
+                                       ((4, 1, "zero2"), (2, 2, "zero1")), ((2, 1, "naive"), (2, 1, "zero2"))])
 def test_resume_at_other_world_and_layout(tiny_base_dir, save, load):
     (w1, a1, m1), (w2, a2, m2) = save, load
     slots = w1 * a1

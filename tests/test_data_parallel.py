@@ -119,6 +119,26 @@ def _rungs(accum):
     sd = opt.state_dict()
     info["zero_state_dict_ok"] = sd["zero"]["world_size"] == world and sd["zero"]["rank"] == rank
 
+    # rung 4 ter: ZeRO-2, overlapped: reduce-scatters launched from backward hooks, gradients freed as they go
+    calls = []
+    name_rs = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+    real = getattr(dist, name_rs)
+    setattr(dist, name_rs, lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    model = _model(); opt = shard_optimizer(_opt(model), bucket_mb=0.05, overlap=True).attach(model)
+    per_micro, freed = [], []
+    for batch in _batches():
+        for i, (x, y) in enumerate(_micro(batch, rank, world, accum)):
+            with opt.no_sync() if i < accum - 1 else nullcontext():
+                n0 = len(calls); (model(x, y) / accum).backward(); per_micro.append(len(calls) - n0)
+        freed.append(all(p.grad is None for p in model.parameters()))
+        clip_grad_norm_(opt, CLIP); opt.step(); opt.zero_grad()
+    setattr(dist, name_rs, real)
+    out["zero2_clip"], info["zero2_per_micro"], info["zero2_freed"] = _sd(model), per_micro, freed
+    info["zero2_buckets"] = sum(len(L["buckets"]) for L in opt.layouts)
+    info["zero2_diff"], info["zero2_state_bytes"] = replicas_max_diff(model), opt.state_bytes()
+    info["zero2_muon_owned"] = sum(o == rank for L, g in zip(opt.layouts, opt.param_groups) if g["kind"] == "muon"
+                                   for o in L["owners"])
+
     # rung 4 bis: replicated with clipping after the all-reduce
     model = _model(); opt = _opt(model)
     for batch in _batches():
@@ -171,6 +191,11 @@ def test_rungs_equal_one_process(refs, world, accum):
         _close(out["fsdp"], refs["adamw"], 1e-5, "fsdp")
         _close(out["naive_clip"], refs["muon_clip"], 1e-5, "naive_clip")
         _close(out["zero_clip"], refs["muon_clip"], 1e-5, "zero_clip")
+        _close(out["zero2_clip"], refs["muon_clip"], 1e-5, "zero2_clip")
+        _close(out["zero2_clip"], out["zero_clip"], tol, "zero2_clip vs zero_clip")
+        # ZeRO-2: no communication before the last micro-step, every bucket launched during its backward
+        assert info["zero2_per_micro"] == ([0] * (accum - 1) + [info["zero2_buckets"]]) * STEPS, info
+        assert info["zero2_buckets"] > 4 and all(info["zero2_freed"]) and info["zero2_diff"] == 0.0
         _close(out["fsdp_clip"], refs["adamw_clip"], 1e-5, "fsdp_clip")
         # no communication before the last micro-step; one all-reduce per bucket on it
         assert info["buckets"] > 1
@@ -179,6 +204,10 @@ def test_rungs_equal_one_process(refs, world, accum):
         assert info["zero_state_dict_ok"]
         if rank > 0:  # every rank holds the same parameters
             for rung in out: _close(out[rung], outs[0][0][rung], 0, f"rank {rank} {rung}")
+    owned = [info["zero2_muon_owned"] for _, info in outs]   # 8 block matrices at d2: dealt evenly
+    assert max(owned) - min(owned) <= 1, owned
+    z2 = [info["zero2_state_bytes"] for _, info in outs]
+    assert sum(z2) < 1.05 * refs["state_bytes"] and max(z2) < 1.35 * refs["state_bytes"] / world, z2
     per_rank = [info["zero_state_bytes"] for _, info in outs]
     print(f"\nworld {world}: ZeRO-1 optimizer state per rank {per_rank} B, unsharded {refs['state_bytes']} B "
           f"(ratio max/unsharded {max(per_rank) / refs['state_bytes']:.3f}, ideal {1 / world:.3f})")

@@ -43,7 +43,7 @@ RECIPE = dict(smear=True, backout=True, long_docs="mix", tail_share=0.3, muon_me
               weight_decay=0.1, cautious_wd=True, qk_gain=True, ve_gate_input=True, pad_vocab_to=64)
 
 
-@pytest.mark.parametrize("dp_mode,extra", [("naive", dict(normuon=True)), ("zero1", {})])
+@pytest.mark.parametrize("dp_mode,extra", [("naive", dict(normuon=True)), ("zero1", {}), ("zero2", {})])
 def test_dp_equals_single_process_with_the_recipe_pieces(tiny_base_dir, dp_mode, extra):
     """Issue 16's pieces on (smear, backout, QK gain, input value-embedding gates, a padded head, the head/tail
     loader, Polar Express, cautious decay; NorMuon where its state is unsharded): world 2 equals one process with the

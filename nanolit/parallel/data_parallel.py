@@ -17,9 +17,9 @@ from ..optim import MuonAdamW, adamw_update_, muon_hparams, muon_step_
 from .mesh import Layout, Mesh
 
 # %% auto #0
-__all__ = ['DP_MODES', 'group_size', 'allreduce_gradients', 'broadcast_parameters', 'replicas_max_diff', 'GradBucketer',
-           'wrap_ddp', 'shard_layout', 'all_gather_into', 'ZeroMuonAdamW', 'shard_optimizer', 'apply_fsdp',
-           'clip_grad_norm_', 'zero_missing_grads', 'DataParallel']
+__all__ = ['DP_MODES', 'ZERO2_BUCKET_MB', 'group_size', 'allreduce_gradients', 'broadcast_parameters', 'replicas_max_diff',
+           'GradBucketer', 'wrap_ddp', 'shard_layout', 'all_gather_into', 'bucket_indices', 'ZeroMuonAdamW',
+           'shard_optimizer', 'apply_fsdp', 'clip_grad_norm_', 'zero_missing_grads', 'DataParallel']
 
 # %% ../../nbs/06b_data_parallel.ipynb #b568ae6b
 def group_size(group=None) -> int:
@@ -235,9 +235,9 @@ def shard_layout(
     return offsets, owners, shard
 
 # %% ../../nbs/06b_data_parallel.ipynb #c0d1ddb9
-def _reduce_scatter(out: Tensor, inp: Tensor, group) -> None:
-    (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(
-        out, inp, op=dist.ReduceOp.SUM, group=group
+def _reduce_scatter(out: Tensor, inp: Tensor, group, async_op: bool = False):
+    return (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(
+        out, inp, op=dist.ReduceOp.SUM, group=group, async_op=async_op
     )
 
 
@@ -245,21 +245,63 @@ def all_gather_into(
     out: Tensor,  # (W * n,) receives every rank's `inp` in rank order
     inp: Tensor,  # (n,) this rank's piece
     group,  # the process group
-) -> None:
+    async_op: bool = False,  # return a work handle to `wait()` on instead of blocking
+):
     "All-gather equal pieces into one flat tensor (torch's single-tensor form, whichever name this torch has)."
-    (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(out, inp, group=group)
+    return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(
+        out, inp, group=group, async_op=async_op
+    )
+
+
+# `bucket_mb=None`: one bucket per group, in the group's order (rung 4 as first built). Otherwise buckets in backward
+# order (the group's parameters reversed): AdamW runs of consecutive parameters of at most `bucket_mb` MB (a larger
+# parameter alone); Muon runs of `world` matrices of one shape, so each rank owns exactly one matrix of each bucket
+# (balanced Newton-Schulz, no padding when the count divides); the partial runs left per shape are mixed into
+# runs of `world` too (padded to the largest).
+def bucket_indices(
+    shapes: list[tuple],  # each parameter's shape, in the group's order
+    itemsize: int,  # bytes per element
+    world: int,  # number of ranks (>= 1)
+    whole: bool,  # Muon: buckets of whole same-shape matrices, one per rank
+    bucket_mb: float | None = None,  # None: everything in one bucket
+) -> list[list[int]]:
+    """Parameter indices of each bucket, in launch order (the order backward completes them)."""
+    if bucket_mb is None:
+        return [list(range(len(shapes)))]
+    if not bucket_mb > 0:
+        raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
+    out, cap, open_ = [], bucket_mb * 2**20, {}
+    for i in reversed(range(len(shapes))):
+        n = 1
+        for s in shapes[i]:
+            n *= s
+        if whole:
+            run = open_.setdefault(shapes[i], [])
+            run.append(i)
+            if len(run) == world:
+                out.append(open_.pop(shapes[i]))
+        elif out and out[-1][1] and (out[-1][1] + n) * itemsize <= cap:
+            out[-1][0].append(i)
+            out[-1][1] += n
+        else:
+            out.append([[i], n])
+    if whole:  # the partial runs, mixed into runs of `world` (a rank idles only when the count does not divide)
+        rest = [i for run in open_.values() for i in run]
+        return out + [rest[j : j + world] for j in range(0, len(rest), world)]
+    return [b for b, _ in out]
 
 
 # Same param groups, hyperparameters and result as the unsharded optimizer after averaging gradients, with 1/W of its
 # state. Per step, with local gradients accumulated in `p.grad` (do NOT all-reduce them first): `reduce_gradients()`
-# reduce-scatters and averages them (called by `step()` if not yet done), optional `clip_grad_norm_(max_norm)` clips
-# by the global norm over all shards, `step()` updates this rank's shard (AdamW element-wise on a slice of each
-# flattened, zero-padded AdamW group; Muon on whole matrices dealt round-robin, see `shard_layout`) and all-gathers
-# the parameters. A None gradient counts as zero (unlike `MuonAdamW`, which skips it), so that all ranks issue the
-# same collectives. Every parameter of a group must share dtype and device (ValueError). `comm_bytes` counts the
-# payload bytes passed to collectives; `state_bytes()` the optimizer state on this rank.
+# reduce-scatters and averages them bucket by bucket (called by `step()` if not yet done), optional
+# `clip_grad_norm_(max_norm)` clips by the global norm over all shards, `step()` updates this rank's shard (AdamW
+# element-wise on a slice of each flattened, zero-padded bucket; Muon on whole matrices dealt round-robin, see
+# `shard_layout`) and all-gathers the parameters. A None gradient counts as zero (unlike `MuonAdamW`, which skips
+# it), so that all ranks issue the same collectives. Every parameter of a group must share dtype and device
+# (ValueError). `comm_bytes` counts the payload bytes passed to collectives; `state_bytes()` the optimizer state on
+# this rank. With `overlap` (needs `bucket_mb`; see `attach`) the collectives run while the model computes.
 class ZeroMuonAdamW:
-    """ZeRO-1 (Rajbhandari et al. 2020) `MuonAdamW` sharding its state over the data-parallel `group`."""
+    """ZeRO-1/2 (Rajbhandari et al. 2020) `MuonAdamW` sharding its state (and with `overlap` its gradients)."""
 
     def __init__(
         self,
@@ -267,6 +309,9 @@ class ZeroMuonAdamW:
         # `param_groups` list is shared, so `apply_lr`/`apply_muon_momentum` work on either)
         param_groups,
         group=None,  # the data-parallel process group (default: the world)
+        bucket_mb: float | None = None,  # bucket size for the collectives (`bucket_indices`); None: one per group
+        overlap: bool = False,  # launch collectives asynchronously: reduce-scatter from `attach`'s backward hooks
+        max_in_flight: int = 2,  # overlap: reduce-scatters pending at once (older ones are waited on and freed)
     ):
         if isinstance(param_groups, MuonAdamW):
             if param_groups.state:
@@ -274,50 +319,186 @@ class ZeroMuonAdamW:
             base = param_groups
         else:
             base = MuonAdamW(param_groups)
+        if overlap and bucket_mb is None:
+            raise ValueError("overlap needs bucket_mb (one bucket per group leaves nothing to overlap)")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.param_groups, self.defaults = base.param_groups, base.defaults
         self.group, self.world = group, group_size(group)
         self.rank = dist.get_rank(group) if self.world > 1 else 0
-        self.layouts = []
+        self.overlap, self.max_in_flight, self.layouts = overlap, max_in_flight, []
         for g in self.param_groups:
             ps = g["params"]
             if len({(p.dtype, p.device) for p in ps}) > 1:
                 raise ValueError(f"param group {g.get('name', '')!r} mixes dtypes or devices")
-            offsets, owners, shard = shard_layout([p.numel() for p in ps], self.world, whole=g["kind"] == "muon")
-            self.layouts.append(dict(offsets=offsets, owners=owners, shard=shard))
+            whole, buckets, owners, start = g["kind"] == "muon", [], [-1] * len(ps), 0
+            shapes = [tuple(p.shape) for p in ps]
+            for idx in bucket_indices(shapes, ps[0].element_size(), self.world, whole, bucket_mb):
+                offsets, own, shard = shard_layout([ps[i].numel() for i in idx], self.world, whole)
+                buckets.append(dict(params=idx, offsets=offsets, owners=own, shard=shard, start=start))
+                for i, o in zip(idx, own):
+                    owners[i] = o
+                start += shard
+            # `shard`: this rank's elements of the group (its buckets' shards, back to back); `owners`: per parameter
+            self.layouts.append(dict(buckets=buckets, owners=owners, shard=start))
         self.state = [
             {} for _ in self.param_groups
         ]  # per group: AdamW -> one shard state; Muon -> {param index: state}
-        self.comm_bytes, self._grad_shards = 0, None
+        self.comm_bytes, self._grad_shards, self._hooks = 0, None, []
+        self.sync, self._order, self._slot = True, [], {}
 
-    def _span(self, gi):
-        """(offset, param) pairs of group `gi` overlapping this rank's shard, with the overlap [a, b) in buffer
-        coordinates."""
-        lo = self.rank * self.layouts[gi]["shard"]
-        hi = lo + self.layouts[gi]["shard"]
-        for p, off in zip(self.param_groups[gi]["params"], self.layouts[gi]["offsets"]):
-            a, b = max(off, lo), min(off + p.numel(), hi)
-            if a < b:
-                yield p, off, a - lo, b - lo
+    def _flat(self, gi, b, tensors=None, dtype=None) -> Tensor:
+        "Bucket `b` of group `gi` as one (W * shard,) buffer of `tensors` (default: the gradients; None -> zeros)."
+        g, L = self.param_groups[gi], self.layouts[gi]["buckets"][b]
+        p0 = g["params"][0]
+        flat = torch.zeros(self.world * L["shard"], dtype=dtype or p0.dtype, device=p0.device)
+        for i, off in zip(L["params"], L["offsets"]):
+            t = g["params"][i].grad if tensors is None else tensors[i]
+            if t is not None:
+                flat[off : off + t.numel()].copy_(t.reshape(-1))
+        return flat
+
+    def _pieces(self, gi):
+        """(param index, a, b, pos): elements [a, b) of flattened parameter i are this rank's, at `pos` of its
+        group shard."""
+        r = self.rank
+        for L in self.layouts[gi]["buckets"]:
+            S = L["shard"]
+            for i, off in zip(L["params"], L["offsets"]):
+                n = self.param_groups[gi]["params"][i].numel()
+                a, b = max(off, r * S), min(off + n, (r + 1) * S)
+                if a < b:
+                    yield i, a - off, b - off, L["start"] + a - r * S
 
     # Gradients are flattened in `shard_layout` order, None counting as zeros. Called by `step` if not called before.
     @torch.no_grad()
     def reduce_gradients(self) -> None:
         """Reduce-scatter the local `p.grad`s: afterwards this rank holds the average of its (shard,) slice."""
+        if self._order and self._seen:  # overlapped: backward launched some buckets already
+            return self._finish_overlap()
         self._grad_shards = []
-        for g, L in zip(self.param_groups, self.layouts):
-            p0, W, S = g["params"][0], self.world, L["shard"]
-            flat = torch.zeros(W * S, dtype=p0.dtype, device=p0.device)
-            for p, off in zip(g["params"], L["offsets"]):
-                if p.grad is not None:
-                    flat[off : off + p.numel()].copy_(p.grad.reshape(-1))
-            if W == 1:
-                self._grad_shards.append(flat)
-                continue
-            shard = torch.empty(S, dtype=p0.dtype, device=p0.device)
-            _reduce_scatter(shard, flat, self.group)
-            shard.div_(W)
-            self.comm_bytes += flat.numel() * flat.element_size()
-            self._grad_shards.append(shard)
+        for gi, (g, L) in enumerate(zip(self.param_groups, self.layouts)):
+            parts = []
+            for b, B in enumerate(L["buckets"]):
+                flat = self._flat(gi, b)
+                if self.world == 1:
+                    parts.append(flat)
+                    continue
+                shard = torch.empty(B["shard"], dtype=flat.dtype, device=flat.device)
+                _reduce_scatter(shard, flat, self.group)
+                parts.append(shard.div_(self.world))
+                self.comm_bytes += flat.numel() * flat.element_size()
+            self._grad_shards.append(parts[0] if len(parts) == 1 else torch.cat(parts))
+
+    # Backward order is the reverse of `model.parameters()`: a bucket is launched once its first parameter (in that
+    # order) has its gradient, buckets in a fixed order on every rank (collectives must match across ranks).
+    def attach(
+        self,
+        model: nn.Module,  # the model whose backward fills the buckets (every optimizer parameter must be in it)
+    ) -> "ZeroMuonAdamW":
+        """Overlap: register backward hooks that copy each gradient into its bucket, free `p.grad` (ZeRO-2) and
+        launch the bucket's reduce-scatter asynchronously the moment it is complete; returns self."""
+        if not self.overlap:
+            raise ValueError("attach needs overlap=True")
+        if self._hooks or self._order:
+            raise RuntimeError("already attached")
+        index = {id(p): n for n, p in enumerate(model.parameters())}
+        keys = []
+        for gi, L in enumerate(self.layouts):
+            for b, B in enumerate(L["buckets"]):
+                ps = [self.param_groups[gi]["params"][i] for i in B["params"]]
+                if any(id(p) not in index for p in ps):
+                    raise ValueError("an optimizer parameter is not a parameter of the model")
+                keys.append((-min(index[id(p)] for p in ps), gi, b))
+        self._order = [(gi, b) for _, gi, b in sorted(keys)]
+        for k, (gi, b) in enumerate(self._order):
+            B = self.layouts[gi]["buckets"][b]
+            for i, off in zip(B["params"], B["offsets"]):
+                self._slot[id(self.param_groups[gi]["params"][i])] = (k, off)
+        if self.world > 1:
+            self._hooks = [
+                p.register_post_accumulate_grad_hook(self._on_grad) for g in self.param_groups for p in g["params"]
+            ]
+        self._reset()
+        return self
+
+    def _reset(self):
+        K = len(self._order)
+        self._pending = [len(self.layouts[gi]["buckets"][b]["params"]) for gi, b in self._order]
+        self._bufs, self._works, self._out = [None] * K, [None] * K, [None] * K
+        self._next, self._seen, self._in_flight = 0, set(), []
+
+    @contextmanager
+    def no_sync(self):
+        "Inside this context backward only accumulates `p.grad` locally (use for all but the last micro-step)."
+        prev, self.sync = self.sync, False
+        try:
+            yield
+        finally:
+            self.sync = prev
+
+    def _buf(self, k):
+        if self._bufs[k] is None:
+            gi, b = self._order[k]
+            self._bufs[k] = self._flat(gi, b, [None] * len(self.param_groups[gi]["params"]))  # zeros
+        return self._bufs[k]
+
+    @torch.no_grad()
+    def _on_grad(self, p):
+        if not self.sync:
+            return
+        if id(p) in self._seen:
+            raise RuntimeError("a second synced backward before step(): wrap earlier micro-steps in no_sync()")
+        k, off = self._slot[id(p)]
+        self._buf(k)[off : off + p.numel()].copy_(p.grad.reshape(-1))
+        p.grad = None  # ZeRO-2: from here on the gradient lives only in its bucket, then in this rank's shard
+        self._seen.add(id(p))
+        self._pending[k] -= 1
+        while self._next < len(self._order) and self._pending[self._next] == 0:
+            self._launch(self._next)
+
+    def _launch(self, k):
+        gi, b = self._order[k]
+        flat = self._buf(k)
+        self._out[k] = torch.empty(self.layouts[gi]["buckets"][b]["shard"], dtype=flat.dtype, device=flat.device)
+        self._works[k] = _reduce_scatter(self._out[k], flat, self.group, async_op=True)
+        self.comm_bytes += flat.numel() * flat.element_size()
+        self._in_flight.append(k)
+        self._next = k + 1
+        while len(self._in_flight) > self.max_in_flight:
+            self._drain()
+
+    def _drain(self):
+        k = self._in_flight.pop(0)
+        self._works[k].wait()
+        self._out[k].div_(self.world)
+        self._bufs[k] = self._works[k] = None  # the full-size bucket is freed
+
+    @torch.no_grad()
+    def _finish_overlap(self):
+        for k in range(self._next, len(self._order)):  # buckets with a parameter backward gave no gradient
+            gi, b = self._order[k]
+            B, ps = self.layouts[gi]["buckets"][b], self.param_groups[gi]["params"]
+            for i, off in zip(B["params"], B["offsets"]):
+                p = ps[i]
+                if id(p) not in self._seen and p.grad is not None:  # accumulated in no_sync micro-steps only
+                    self._buf(k)[off : off + p.numel()].copy_(p.grad.reshape(-1))
+                    p.grad = None
+            self._launch(k)
+        while self._in_flight:
+            self._drain()
+        where = {gb: k for k, gb in enumerate(self._order)}
+        self._grad_shards = []
+        for gi, L in enumerate(self.layouts):
+            parts = [self._out[where[gi, b]] for b in range(len(L["buckets"]))]
+            self._grad_shards.append(parts[0] if len(parts) == 1 else torch.cat(parts))
+        self._reset()
+
+    def remove(self) -> None:
+        "Detach `attach`'s gradient hooks; returns None."
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self._order = [], []
 
     # torch's rule: coefficient min(1, max_norm / (norm + 1e-6)). The norm is 0-D, fp64 if any gradient is, else fp32
     # (the rule of `clip_grad_norm_`), the same on all ranks.
@@ -339,26 +520,27 @@ class ZeroMuonAdamW:
             s.mul_(coef.to(s.dtype))
         return total
 
-    # Reduce-scatter gradients (unless `reduce_gradients` ran), update this rank's shard (AdamW elementwise, Muon on
-    # the whole matrices it owns), all-gather the parameters in place. A collective: every rank of the group calls it.
+    # Reduce-scatter gradients (unless done), update this rank's shard (AdamW element-wise over the whole group shard
+    # at once, Muon on the whole matrices it owns, bucket by bucket), all-gather each bucket's parameters as soon as
+    # it is updated (with `overlap` asynchronously, while the next bucket's Newton-Schulz runs), then wait and copy
+    # them in. A collective: every rank of the group calls it.
     @torch.no_grad()
     def step(
         self,
         closure=None,  # re-evaluates the loss, as in torch optimizers
     ):
-        """One optimizer step (see the class comment); returns `closure()`'s loss or None."""
+        """One optimizer step (see the comment above); returns `closure()`'s loss or None."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         if self._grad_shards is None:
             self.reduce_gradients()
+        gathers = []
         for gi, (g, L, gs) in enumerate(zip(self.param_groups, self.layouts, self._grad_shards)):
-            S = L["shard"]
-            p_shard = torch.zeros_like(gs)
-            for p, off, a, b in self._span(gi):  # this rank's slice of the current parameters
-                lo = self.rank * S
-                p_shard[a:b].copy_(p.detach().reshape(-1)[a + lo - off : b + lo - off])
+            ps, p_shard = g["params"], torch.zeros_like(gs)
+            for i, a, b, pos in self._pieces(gi):  # this rank's slice of the current parameters
+                p_shard[pos : pos + b - a].copy_(ps[i].detach().reshape(-1)[a:b])
             if g["kind"] == "adamw":
                 b1, b2 = g["betas"]
                 adamw_update_(
@@ -371,25 +553,31 @@ class ZeroMuonAdamW:
                     eps=g["eps"],
                     weight_decay=g["weight_decay"],
                 )
-            else:
-                for i, (p, off) in enumerate(zip(g["params"], L["offsets"])):
-                    if L["owners"][i] != self.rank:
-                        continue
-                    a = off - self.rank * S
-                    muon_step_(
-                        p_shard[a : a + p.numel()].view_as(p),
-                        gs[a : a + p.numel()].view_as(p),
-                        self.state[gi].setdefault(i, {}),
-                        **muon_hparams(g),
-                    )
-            if self.world > 1:
+            for b, B in enumerate(L["buckets"]):
+                S, lo = B["shard"], B["start"]
+                if g["kind"] == "muon":
+                    for i, off, o in zip(B["params"], B["offsets"], B["owners"]):
+                        if o == self.rank:
+                            a, n = lo + off - self.rank * S, ps[i].numel()
+                            muon_step_(
+                                p_shard[a : a + n].view_as(ps[i]),
+                                gs[a : a + n].view_as(ps[i]),
+                                self.state[gi].setdefault(i, {}),
+                                **muon_hparams(g),
+                            )
+                if self.world == 1:
+                    gathers.append((gi, b, p_shard[lo : lo + S], None))
+                    continue
                 full = torch.empty(self.world * S, dtype=gs.dtype, device=gs.device)
-                all_gather_into(full, p_shard, self.group)
+                work = all_gather_into(full, p_shard[lo : lo + S], self.group, async_op=self.overlap)
                 self.comm_bytes += full.numel() * full.element_size()
-            else:
-                full = p_shard
-            for p, off in zip(g["params"], L["offsets"]):
-                p.copy_(full[off : off + p.numel()].view_as(p))
+                gathers.append((gi, b, full, work))
+        for gi, b, full, work in gathers:
+            if work is not None:
+                work.wait()
+            B, ps = self.layouts[gi]["buckets"][b], self.param_groups[gi]["params"]
+            for i, off in zip(B["params"], B["offsets"]):
+                ps[i].copy_(full[off : off + ps[i].numel()].view_as(ps[i]))
         self._grad_shards = None
         return loss
 
@@ -417,6 +605,36 @@ class ZeroMuonAdamW:
 
         return sum(walk(s) for s in self.state)
 
+    @torch.no_grad()
+    def unshard_state(
+        self,
+        gi: int,  # an AdamW group's index
+        key: str,  # a state tensor of that group ('exp_avg', 'exp_avg_sq')
+    ) -> list[Tensor]:
+        """Group `gi`'s state `key` cut into one tensor per parameter (a collective: all-gathered over the group)."""
+        L, ps, st = self.layouts[gi], self.param_groups[gi]["params"], self.state[gi][key]
+        buf = st
+        if self.world > 1:
+            buf = torch.empty(self.world * L["shard"], dtype=st.dtype, device=st.device)
+            all_gather_into(buf, st.contiguous(), self.group)
+        rows, out = buf.view(self.world, L["shard"]), [None] * len(ps)
+        for B in L["buckets"]:
+            flat = rows[:, B["start"] : B["start"] + B["shard"]].reshape(-1)
+            for i, off in zip(B["params"], B["offsets"]):
+                out[i] = flat[off : off + ps[i].numel()].view(ps[i].shape).clone()
+        return out
+
+    def shard_state(
+        self,
+        gi: int,  # an AdamW group's index
+        tensors: list,  # one tensor per parameter of the group, shaped like it (None: zeros)
+    ) -> Tensor:
+        """This rank's (shard,) piece of per-parameter `tensors` laid out as group `gi`'s buckets."""
+        S = [B["shard"] for B in self.layouts[gi]["buckets"]]
+        r, t0 = self.rank, next(t for t in tensors if t is not None)
+        parts = [self._flat(gi, b, tensors, dtype=t0.dtype)[r * s : (r + 1) * s] for b, s in enumerate(S)]
+        return (parts[0] if len(parts) == 1 else torch.cat(parts)).clone()
+
     # {"zero": {rank, world_size, layouts, shapes, kinds}, "state": per group state (AdamW: step/exp_avg/exp_avg_sq of
     # shape (shard,); Muon: {param index: {momentum_buffer}} for this rank's matrices), "param_groups": hyperparameters
     # without params}.
@@ -442,7 +660,7 @@ class ZeroMuonAdamW:
         )
 
     def load_state_dict(self, sd: dict) -> None:
-        "Load a `state_dict()` saved at the same world size, rank and parameter shapes (else ValueError)."
+        "Load a `state_dict()` saved at the same world size, rank, buckets and parameter shapes (else ValueError)."
         m = sd["zero"]
         if (m["world_size"], m["rank"]) != (self.world, self.rank):
             raise ValueError(
@@ -451,6 +669,8 @@ class ZeroMuonAdamW:
             )
         if m["shapes"] != [[tuple(p.shape) for p in g["params"]] for g in self.param_groups]:
             raise ValueError("saved parameter shapes differ from this optimizer's")
+        if m["layouts"] != self.layouts:
+            raise ValueError("saved buckets differ from this optimizer's (another bucket_mb): reshard it first")
         self.state = [
             {k: (v.clone() if isinstance(v, Tensor) else {n: t.clone() for n, t in v.items()}) for k, v in s.items()}
             for s in sd["state"]
@@ -459,10 +679,15 @@ class ZeroMuonAdamW:
             g.update(h)
 
 
-def shard_optimizer(optimizer: MuonAdamW, group=None) -> ZeroMuonAdamW:
-    """ZeRO-1 shard a fresh (never stepped) `MuonAdamW` over process `group` (None: the default group): returns a
-    `ZeroMuonAdamW` with the same param groups and hyperparameters; ValueError as `ZeroMuonAdamW`."""
-    return ZeroMuonAdamW(optimizer, group)
+def shard_optimizer(
+    optimizer: MuonAdamW,  # a fresh (never stepped) optimizer
+    group=None,  # the process group (None: the default group)
+    bucket_mb: float | None = None,  # `ZeroMuonAdamW`'s buckets (None: one per param group)
+    overlap: bool = False,  # asynchronous collectives (call `.attach(model)` for the backward hooks)
+) -> ZeroMuonAdamW:
+    """ZeRO-shard a fresh `MuonAdamW` over process `group`: returns a `ZeroMuonAdamW` with the same param groups and
+    hyperparameters; ValueError as `ZeroMuonAdamW`."""
+    return ZeroMuonAdamW(optimizer, group, bucket_mb=bucket_mb, overlap=overlap)
 
 # %% ../../nbs/06b_data_parallel.ipynb #4909084a
 # Each unit is all-gathered just in time for its forward and backward; the root holds the rest. Parameters become
@@ -576,7 +801,8 @@ def clip_grad_norm_(
     return total
 
 # %% ../../nbs/06b_data_parallel.ipynb #f9b10257
-DP_MODES = ("naive", "ddp", "zero1", "fsdp2")  # the rungs above
+DP_MODES = ("naive", "ddp", "zero1", "zero2", "fsdp2")  # the rungs above
+ZERO2_BUCKET_MB = 25.0  # zero2's bucket size (DDP's default bucket)
 
 
 def zero_missing_grads(params) -> None:
@@ -594,17 +820,19 @@ class DataParallel(Layout):
     def __init__(
         self,
         mesh: Mesh,  # this rank's mesh
-        mode: str = "naive",  # the rung: naive | ddp | zero1 | fsdp2 (`DP_MODES`)
+        mode: str = "naive",  # the rung: naive | ddp | zero1 | zero2 | fsdp2 (`DP_MODES`)
     ):
         super().__init__(mesh)
         if mode not in DP_MODES:
             raise ValueError(f"dp_mode must be one of {DP_MODES}, got {mode!r}")
-        self.zero = mode == "zero1"  # ZeRO-1 shards the optimizer at any size (one process: the identity shard)
+        # ZeRO shards the optimizer at any size (one process: the identity shard)
+        self.zero = mode if mode in ("zero1", "zero2") else None
         self.mode = mode if self.size > 1 else "naive"  # on one process every other rung is the plain model
         self.collective_forward = self.mode == "fsdp2"
+        self._model = self._opt = None
 
     def __repr__(self):
-        return f"DataParallel(dp {self.size}, {'zero1' if self.zero else self.mode})"
+        return f"DataParallel(dp {self.size}, {self.zero or self.mode})"
 
 # %% ../../nbs/06b_data_parallel.ipynb #0de9ba7f
 @patch
@@ -614,6 +842,7 @@ def prepare(self: DataParallel, model) -> None:
         broadcast_parameters(model, src=self.mesh.members("dp")[0], group=self.group)  # src: a global rank
     if self.mode == "fsdp2":
         apply_fsdp(model, self.mesh.device_mesh["dp"])
+    self._model = model  # zero2's backward hooks go on its parameters
 
 
 @patch
@@ -624,8 +853,15 @@ def wrap(self: DataParallel, model):
 
 @patch
 def optimizer(self: DataParallel, opt):
-    "The ZeRO-1 sharded optimizer under `zero1`, else `opt`."
-    return shard_optimizer(opt, self.group) if self.zero else opt
+    "The ZeRO-1 sharded optimizer under `zero1`, the overlapped ZeRO-2 one under `zero2` (after `prepare`), else `opt`."
+    if self.zero == "zero1":
+        return shard_optimizer(opt, self.group)
+    if self.zero == "zero2":
+        if self._model is None:
+            raise RuntimeError("zero2: call prepare(model) before optimizer(opt)")
+        self._opt = shard_optimizer(opt, self.group, bucket_mb=ZERO2_BUCKET_MB, overlap=True).attach(self._model)
+        return self._opt
+    return opt
 
 
 @patch
@@ -633,6 +869,8 @@ def no_sync(self: DataParallel, model, last: bool):
     "Context for a micro-step's backward: gradients stay local unless `last` (DDP's `no_sync`, FSDP2's flag)."
     if self.mode == "ddp" and not last:
         return model.no_sync()
+    if self.zero == "zero2" and not last:
+        return self._opt.no_sync()
     if self.mode == "fsdp2":
         model.set_requires_gradient_sync(last)  # before the backward, as FSDP2 wants
     return nullcontext()

@@ -43,7 +43,7 @@ __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REF
            'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank', 'train_memory_bytes',
            'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling', 'mfu', 'RunPlan',
            'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'build_train_model',
-           'use_compile', 'fp8_capable', 'apply_fp8', 'setup_training', 'describe', 'load_train_state',
+           'use_compile', 'fp8_capable', 'apply_fp8', 'loss_scaler', 'setup_training', 'describe', 'load_train_state',
            'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter', 'val_bpb',
            'val_bpb_exact', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
 
@@ -769,6 +769,7 @@ class TrainSetup:
     loaders: list  # this rank's train loaders, one per micro-step
     n_scaling_params: int = 0  # matrices + lm head (`GPT.num_scaling_params`): what the horizon counts
     plan: ScalingPlan | None = None  # how the horizon, batch, lrs and decay were decided (`plan_scaling`)
+    scaler: object = None  # fp16's `GradScaler` (`loss_scaler`), else None
 
 
 def build_train_model(
@@ -827,6 +828,23 @@ def apply_fp8(
     convert_to_float8_training(model, module_filter_fn=eligible)
     return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
 
+# %% ../nbs/11_train.ipynb #f0bce633
+def loss_scaler(
+    cfg: TrainConfig,  # the run's config
+    device,  # this rank's device
+    dtype: torch.dtype | None = None,  # the compute dtype (default: core's policy for `device`)
+):
+    "torch's `GradScaler` when the compute dtype is fp16, else None; ValueError for a layout it cannot scale."
+    dtype = dtype or detect_compute_dtype(torch.device(device).type)
+    if dtype != torch.float16:
+        return None
+    if cfg.dp_mode not in ("naive", "ddp") or max(cfg.tp, cfg.pp, cfg.cp, cfg.ep) > 1:
+        raise ValueError(
+            "fp16 needs a loss scaler over whole gradients: use --dp-mode naive or ddp without --tp/--pp/--cp/--ep, "
+            "or bf16/fp32 (NANOLIT_DTYPE)"
+        )
+    return torch.amp.GradScaler(torch.device(device).type)
+
 # %% ../nbs/11_train.ipynb #153215a5
 def setup_training(
     cfg: TrainConfig,  # the run's config
@@ -845,11 +863,16 @@ def setup_training(
         )
     what = f"training (B {B} x T {T}, {gcfg.n_layer} layers of width {gcfg.n_embd}, vocab {gcfg.vocab_size}, "
     need = train_memory_bytes(cfg, gcfg.vocab_size, layout.mesh.size("dp"))
-    note = check_memory(need, device_memory_bytes(run.device), f"{what}{COMPUTE_DTYPE}) on {run.device}")
+    note = check_memory(
+        need,
+        device_memory_bytes(run.device),
+        f"{what}{detect_compute_dtype(torch.device(run.device).type)}) on {run.device}",
+    )
     if note:  # refuse only what cannot fit (above), warn on what may not
         print0(note)
     if cfg.fp8 and not fp8_capable(run.device):  # before anything is built
         raise ValueError(f"--fp8 true needs an FP8-capable GPU (compute capability 8.9+: H100, L40S), not {run.device}")
+    scaler = loss_scaler(cfg, run.device)
     model, moe, flops = build_train_model(cfg, gcfg, run.device)
     if cfg.fp8:
         print0(f"fp8: {apply_fp8(model)} matmuls in float8 (torchao, dynamic tensorwise scaling)")
@@ -890,6 +913,7 @@ def setup_training(
         loaders,
         n_scaling,
         plan,
+        scaler,
     )
 
 
@@ -928,7 +952,7 @@ def describe(
         f"({t.n_scaling_params:,} scaling), "
         f"{t.flops_per_token / 1e6:.1f} MFLOPs/token | vocab {t.tok.vocab_size} | world {world}: {layout} | "
         f"accum {t.accum}, {t.tokens_per_step:,} tokens/step, {t.num_steps} steps ({tokens:,} tokens) | "
-        f"dtype {COMPUTE_DTYPE}"
+        f"dtype {detect_compute_dtype(t.token_bytes.device.type)}" + (" (loss scaling)" if t.scaler is not None else "")
     )
 
 # %% ../nbs/11_train.ipynb #5920fc5d
@@ -1041,9 +1065,12 @@ def micro_steps(
     "Forward and backward of one optimizer step's micro-steps: (this rank's mean loss, the mean MoE aux loss or None)."
     loss_sum, aux_sum = torch.zeros((), device=t.token_bytes.device), 0.0
     extra = moe_objective(t.model, cfg.moe_aux_coef) if t.moe else None
+    div = t.accum  # fp16: backward of loss * S / accum (`scale` also starts the scaler)
+    if t.scaler is not None:
+        div = t.accum / t.scaler.scale(torch.ones((), device=loss_sum.device)).item()
     for a in range(t.accum):
         x, y = next(iters[a])
-        loss_sum += layout.forward_backward(t.step_model, x, y, t.accum, a == t.accum - 1, extra).to(loss_sum) / t.accum
+        loss_sum += layout.forward_backward(t.step_model, x, y, div, a == t.accum - 1, extra).to(loss_sum) / t.accum
         if t.moe:
             aux_sum += moe_aux_loss(t.model).item() / t.accum
     return loss_sum, aux_sum if t.moe else None
@@ -1278,9 +1305,15 @@ def train(
         t0 = time.perf_counter()
         loss, aux = micro_steps(cfg, t, layout, iters)  # 1. forward and backward of every micro-step
         layout.sync(t.params)  # 2. gradients of the global mean loss, then clip their global norm
+        if t.scaler is not None:  # fp16: divide by the loss scale (found overflows make step() skip)
+            t.scaler.unscale_(t.optimizer)
         if cfg.grad_clip > 0:
             clip_grad_norm_(layout.clip_target(t.params, t.optimizer), cfg.grad_clip, shard_groups=layout.shard_groups)
-        t.optimizer.step()  # 3. optimizer step
+        if t.scaler is not None:  # 3. optimizer step
+            t.scaler.step(t.optimizer)
+            t.scaler.update()
+        else:
+            t.optimizer.step()
         t.optimizer.zero_grad(set_to_none=True)
         layout.reduce_loss(loss)  # the step's mean loss over the data ranks
         dt = time.perf_counter() - t0
@@ -1298,7 +1331,10 @@ def train(
                 save_training(run, cfg, t, layout, done)
     final = evaluate(run, cfg, t, layout, t.num_steps)
     save_training(run, cfg, t, layout, t.num_steps, final["val_exact"])
-    return finish_training(run, t, layout, meter, final)
+    out = finish_training(run, t, layout, meter, final)
+    if t.scaler is not None:
+        out["loss_scale"] = t.scaler.get_scale()  # fp16: where the dynamic scale ended
+    return out
 
 # %% ../nbs/11_train.ipynb #2777a0e9
 main = cli_from_dataclass(

@@ -1,8 +1,8 @@
 """runs/speedrun.sh end to end, as far as a CPU can prove it.
 
 - Its plan (PLAN_ONLY=1: the same `nanolit.train --plan` call the script makes before anything else) fits an 80 GB
-  H100 at its own defaults, and at depth 24 with the smaller device batch its header names; a config that does not
-  fit stops the script with one clear line. The Slurm job plans the same way.
+  H100 at its own defaults (ZeRO-2), at depth 24, and at depth 24 under DDP with 8 rows; a config that does not
+  fit (depth 24 at 32 rows) stops the script with one clear line. The Slurm job plans the same way.
 - SMOKE=1 runs this same script at toy scale: 2 gloo ranks through torchrun, the shards downloaded from a loopback HTTP
   server this test starts, every stage (data, tokenizer, pretraining, CORE and bpb, SFT, RL, chat eval, report); each
   stage's artifact is checked, then the script runs again and every training stage resumes as complete."""
@@ -24,7 +24,7 @@ def _script(script, env, timeout=120):
     return subprocess.run(["bash", str(ROOT / script)], env=full, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("env", [{}, {"DEPTH": "24", "DEVICE_BATCH": "8"}])
+@pytest.mark.parametrize("env", [{}, {"DEPTH": "24"}, {"DEPTH": "24", "DP_MODE": "ddp", "DEVICE_BATCH": "8"}])
 def test_speedrun_plan_fits_h100(env, tmp_path):
     r = _script("runs/speedrun.sh", {"PLAN_ONLY": "1", "NANOLIT_BASE_DIR": str(tmp_path), **env})
     assert r.returncode == 0, r.stdout + r.stderr
@@ -34,7 +34,7 @@ def test_speedrun_plan_fits_h100(env, tmp_path):
 
 
 def test_speedrun_plan_refuses_what_does_not_fit(tmp_path):
-    r = _script("runs/speedrun.sh", {"PLAN_ONLY": "1", "DEPTH": "24", "DEVICE_BATCH": "16", "NANOLIT_BASE_DIR": str(tmp_path)})
+    r = _script("runs/speedrun.sh", {"PLAN_ONLY": "1", "DEPTH": "24", "DEVICE_BATCH": "32", "NANOLIT_BASE_DIR": str(tmp_path)})
     assert r.returncode != 0 and "does NOT fit" in r.stdout
     errors = [l for l in (r.stdout + r.stderr).splitlines() if l.startswith("error:")]
     assert len(errors) == 1 and "lower --device-batch-size" in errors[0], r.stdout + r.stderr
@@ -81,7 +81,7 @@ def test_speedrun_smoke_every_stage_then_resumes(tmp_path):
         assert (base / "tokenizer" / "tokenizer.json").exists()
         for stage in ("base", "sft", "rl"):
             assert list((base / "checkpoints" / stage / "d2").glob("step_*")), f"no {stage} checkpoint"
-        assert "world 2: DataParallel(dp 2, ddp)" in r.stdout  # two ranks through torchrun
+        assert "world 2: DataParallel(dp 2, zero2)" in r.stdout  # two ranks through torchrun, the ZeRO-2 rung
         assert "CORE " in r.stdout and "val bpb" in r.stdout and "ChatCORE" in r.stdout
         report = base / "report" / "d2.md"
         assert report.exists() and "What is your name" in report.read_text()

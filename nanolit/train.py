@@ -38,14 +38,14 @@ from .run import Run, RunConfig, check_resume
 
 # %% auto #0
 __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'BATCH_REF', 'BATCH_EXPONENT',
-           'PLAN_GPUS', 'PLAN_MFUS', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values', 'check_layout',
-           'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes', 'device_memory_bytes',
-           'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank', 'train_memory_bytes',
-           'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling', 'mfu', 'RunPlan',
-           'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'build_train_model',
-           'use_compile', 'fp8_capable', 'apply_fp8', 'loss_scaler', 'setup_training', 'describe', 'load_train_state',
-           'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter', 'val_bpb',
-           'val_bpb_exact', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
+           'PLAN_GPUS', 'PLAN_MFUS', 'PLAN_CAPABILITY', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values',
+           'check_layout', 'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes',
+           'device_memory_bytes', 'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank',
+           'train_memory_bytes', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling',
+           'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name',
+           'TrainSetup', 'build_train_model', 'use_compile', 'apply_fp8', 'loss_scaler', 'setup_training', 'describe',
+           'load_train_state', 'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter',
+           'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -569,6 +569,17 @@ PLAN_GPUS = {  # --gpu: (memory in bytes, as torch reports the card; dense bf16 
     "a100": (81251 * 2**20, PEAK_FLOPS_BF16["A100"]),  # 80 GB HBM2e
 }
 PLAN_MFUS = (0.4, 0.5)  # the MFUs the predicted wall time is stated at
+PLAN_CAPABILITY = {"h100": (9, 0), "h200": (9, 0), "a100": (8, 0)}  # CUDA compute capability of each --gpu
+
+
+def fp8_capable(
+    device,  # a device
+    capability: tuple[int, int] | None = None,  # its compute capability (default: asked of the GPU)
+) -> bool:
+    "Whether `device` has FP8 tensor cores: a CUDA GPU of compute capability 8.9 or more."
+    if torch.device(device).type != "cuda":
+        return False
+    return tuple(capability or torch.cuda.get_device_capability(torch.device(device))) >= (8, 9)
 
 
 @dataclass
@@ -612,13 +623,15 @@ class RunPlan:
                 f"  parameters   {self.n_params:,} ({s.n_scaling_params:,} scaling: matrices + lm head); "
                 f"{self.flops_per_token / 1e9:.3g} GFLOP a token",
                 f"  horizon      {s.tokens:,} tokens = {s.num_steps:,} steps of {s.total_batch_size:,} ({s.rules})",
-                f"  batch        {self.data_ranks} data ranks x {self.accum} accumulation steps of {self.micro}",
+                f"  batch        {self.data_ranks} data rank{'s' * (self.data_ranks != 1)} x {self.accum} accumulation "
+                f"step{'s' * (self.accum != 1)} of {self.micro}",
                 f"  memory/rank  parameters {_gib(m['parameters'])} | gradients {_gib(m['gradients'])} | optimizer "
                 f"{_gib(m['optimizer'])} | activations at peak {_gib(m['activations'])} ({how}; logits "
                 f"{_gib(m['logits'])})",
                 f"  total        {_gib(self.total)} of {_gib(self.capacity)}: "
                 + (f"fits ({self.total / self.capacity:.0%})" if self.fits else "does NOT fit"),
-                f"  time         {self.flops_per_token * s.tokens:.3g} FLOPs on {self.world} devices: {times}",
+                f"  time         {self.flops_per_token * s.tokens:.3g} FLOPs on {self.world} "
+                f"device{'s' * (self.world != 1)}: {times}",
             ]
         )
 
@@ -659,10 +672,8 @@ def plan_run(
     B, T, dp = cfg.device_batch_size, cfg.sequence_len, world // split
     scaling = plan_scaling(cfg, model.num_scaling_params(), B * T * dp)
     accum = grad_accum_steps(scaling.total_batch_size, B, T, dp)
-    fp8_ok = name in ("h100", "h200") or (
-        name not in PLAN_GPUS and name != "cpu" and torch.cuda.get_device_capability() >= (8, 9)
-    )
-    if cfg.fp8 and not fp8_ok:  # compute capability 8.9+ (`fp8_capable`, below)
+    fp8_ok = name != "cpu" and fp8_capable("cuda", PLAN_CAPABILITY.get(name))  # this machine's GPU if not named
+    if cfg.fp8 and not fp8_ok:
         raise ValueError(f"--fp8 true needs an FP8-capable GPU (compute capability 8.9+: H100, L40S), not {name}")
     mem, traced = memory_per_rank(cfg, vocab, dp, dtype, accum)
     what = (
@@ -797,16 +808,6 @@ def use_compile(
     if cfg.compile == "auto":
         return torch.device(device).type == "cuda" and max(cfg.pp, cfg.ep, cfg.cp) == 1
     return cfg.compile == "true"
-
-
-def fp8_capable(
-    device,  # a device
-    capability: tuple[int, int] | None = None,  # its compute capability (default: asked of the GPU)
-) -> bool:
-    "Whether `device` has FP8 tensor cores: a CUDA GPU of compute capability 8.9 or more."
-    if torch.device(device).type != "cuda":
-        return False
-    return tuple(capability or torch.cuda.get_device_capability(torch.device(device))) >= (8, 9)
 
 
 def apply_fp8(

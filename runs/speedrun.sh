@@ -48,6 +48,9 @@ TRAIN_ARGS=(--tag "$TAG" --depth "$DEPTH" --head-dim "$HEAD_DIM" --sequence-len 
 PY=${PY:-.venv/bin/python}
 RUN=("$PY" -m torch.distributed.run --standalone --nproc_per_node="$NPROC")  # torchrun
 
+for knob in NPROC DEPTH DEVICE_BATCH; do  # a typo here would otherwise surface as a torchrun or argparse trace
+  [[ "${!knob}" =~ ^[1-9][0-9]*$ ]] || { echo "error: $knob must be a positive integer, got '${!knob}'"; exit 2; }
+done
 echo "== 0/8 plan: depth $DEPTH on $NPROC x $GPU"
 [ -x "$PY" ] || bash runs/setup.sh
 "$PY" -m nanolit.train "${TRAIN_ARGS[@]}" --plan true --gpu "$GPU" --world-size "$NPROC" --vocab-size "$VOCAB"

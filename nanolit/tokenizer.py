@@ -14,6 +14,7 @@ import io
 import itertools
 import json
 import os
+import random
 import time
 import tempfile
 from collections import Counter
@@ -28,13 +29,15 @@ import rustbpe
 import tiktoken
 import torch
 from fastcore.basics import patch
-from .core import atomic_write, cli_from_dataclass, get_base_dir
+from .core import atomic_write, cli_from_dataclass, get_base_dir, sample_texts
 
 # %% auto #0
-__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'main', 'split_text', 'engine_classes', 'cut_pieces', 'scalar_text',
-           'split_pieces', 'safe_prefix', 'get_pair_counts', 'merge_pair', 'train_bpe_naive', 'vocab_from_merges',
-           'encode_naive', 'decode_naive', 'train_rustbpe', 'Tokenizer', 'get_tokenizer', 'check_tokenizer',
-           'iter_parquet_texts', 'iter_text_files', 'capped', 'compression', 'train_tokenizer', 'TokenizerTrainConfig']
+__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'REFERENCE_ENCODINGS', 'main', 'split_text', 'engine_classes',
+           'cut_pieces', 'scalar_text', 'split_pieces', 'safe_prefix', 'get_pair_counts', 'merge_pair',
+           'train_bpe_naive', 'vocab_from_merges', 'encode_naive', 'decode_naive', 'train_rustbpe', 'Tokenizer',
+           'get_tokenizer', 'check_tokenizer', 'iter_parquet_texts', 'iter_text_files', 'capped', 'tiktoken_cache_dir',
+           'cached_encoding', 'compression', 'eval_domains', 'compression_table', 'train_tokenizer',
+           'TokenizerTrainConfig']
 
 # %% ../nbs/01_tokenizer.ipynb #4757933c
 SPLIT_PATTERN = (
@@ -596,22 +599,50 @@ def capped(
         yield d
 
 # %% ../nbs/01_tokenizer.ipynb #b0f1f69c
-def _gpt2_if_cached():
-    "tiktoken's gpt2 Encoding if its files are already in tiktoken's cache (no network), else None."
-    cache = (
+_BLOB = "https://openaipublic.blob.core.windows.net"
+_GPT2 = f"{_BLOB}/gpt-2/encodings/main"
+# The encodings we compare with: the files tiktoken downloads for each (it caches a file under sha1(url)) and their
+# sha256, as tiktoken_ext.openai_public pins them. Checked here first, so a missing or corrupt file never makes
+# tiktoken reach for the network.
+REFERENCE_ENCODINGS = {
+    "gpt2": {  # GPT-2, 50,257 tokens
+        f"{_GPT2}/vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+        f"{_GPT2}/encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    },
+    "cl100k_base": {  # GPT-4, 100,277 tokens
+        f"{_BLOB}/encodings/cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    },
+    "o200k_base": {  # GPT-4o, 200,019 tokens
+        f"{_BLOB}/encodings/o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    },
+}
+
+
+def tiktoken_cache_dir() -> str:
+    "Where tiktoken caches its files: $TIKTOKEN_CACHE_DIR, else $DATA_GYM_CACHE_DIR, else <tmp>/data-gym-cache."
+    return (
         os.environ.get("TIKTOKEN_CACHE_DIR")
         or os.environ.get("DATA_GYM_CACHE_DIR")
         or os.path.join(tempfile.gettempdir(), "data-gym-cache")
     )
-    urls = [
-        f"https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/{f}" for f in ("vocab.bpe", "encoder.json")
-    ]
-    if not all(os.path.exists(os.path.join(cache, hashlib.sha1(u.encode()).hexdigest())) for u in urls):
-        return None
+
+
+def cached_encoding(
+    name: str,  # a key of `REFERENCE_ENCODINGS`
+) -> tuple[tiktoken.Encoding | None, str]:
+    "(tiktoken's encoding `name`, '') if its files are in tiktoken's cache and intact, else (None, why not)."
+    cache = tiktoken_cache_dir()
+    for url, sha in REFERENCE_ENCODINGS[name].items():
+        path = os.path.join(cache, hashlib.sha1(url.encode()).hexdigest())
+        if not os.path.exists(path):
+            return None, "not cached"
+        with open(path, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() != sha:
+                return None, "cache file corrupt"
     try:
-        return tiktoken.get_encoding("gpt2")
-    except Exception:
-        return None
+        return tiktoken.get_encoding(name), ""
+    except Exception as e:  # a tiktoken that no longer knows the name
+        return None, f"unavailable ({type(e).__name__})"
 
 
 def compression(
@@ -630,6 +661,49 @@ def compression(
             )
         )
     return sum(len(d.encode("utf-8")) for d in docs) / max(n_tok, 1)
+
+# %% ../nbs/01_tokenizer.ipynb #846ca948
+def eval_domains(
+    data_dir: str | Path | None = None,  # the corpus (its val split is one domain, if there)
+    val_chars: int = 10_000_000,  # characters of the val split
+    doc_cap: int = 10_000,  # characters per document
+) -> dict[str, list[str]]:
+    """Texts by domain for comparing tokenizers: the corpus val split, English verse (the shipped Shakespeare), Python
+    code (nanolit's own source) and arithmetic (generated, fixed seed)."""
+    out = {}
+    val = sorted(Path(data_dir or get_base_dir() / "data").glob("val_*.parquet"))
+    if val:
+        out["corpus val split"] = list(capped(iter_parquet_texts(val), val_chars, doc_cap))
+    out["verse (Shakespeare)"] = [p for t in sample_texts().values() for p in t.split("\n\n\n") if p.strip()]
+    import nanolit  # the installed package's own source
+
+    out["Python code"] = [f.read_text() for f in sorted(Path(nanolit.__file__).parent.glob("*.py"))]
+    rng = random.Random(0)
+    out["arithmetic"] = [
+        " ".join(f"{a} + {b} = {a + b}." for a, b in ((rng.randrange(10**6), rng.randrange(10**6)) for _ in range(50)))
+        for _ in range(20)
+    ]
+    return out
+
+
+def compression_table(
+    tok,  # ours (a Tokenizer)
+    domains: dict[str, list[str]],  # `eval_domains`
+    others: dict | None = None,  # name -> a tiktoken Encoding or the reason it is missing (default: `cached_encoding`)
+) -> str:
+    "A markdown table of bytes per token by domain: ours and each reference encoding (or why it was skipped)."
+    if others is None:
+        others = {n: (lambda e, why: e if e is not None else why)(*cached_encoding(n)) for n in REFERENCE_ENCODINGS}
+    names = [f"ours ({tok.vocab_size:,})"] + [
+        n if isinstance(e, str) else f"{n} ({e.n_vocab:,})" for n, e in others.items()
+    ]
+    lines = ["| domain | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for dom, docs in domains.items():
+        cells = [f"{compression(tok, docs):.3f}"] + [
+            f"skipped: {e}" if isinstance(e, str) else f"{compression(e, docs):.3f}" for e in others.values()
+        ]
+        lines.append(f"| {dom} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 # %% ../nbs/01_tokenizer.ipynb #b7fefce9
 def train_tokenizer(
@@ -688,11 +762,8 @@ def train_tokenizer(
     if val:
         vdocs = list(capped(iter_parquet_texts(val), val_chars, doc_cap))
         print(f"val compression: {compression(tok, vdocs):.3f} bytes/token (ours)")
-        gpt2 = _gpt2_if_cached()
-        if gpt2 is not None:
-            print(f"val compression: {compression(gpt2, vdocs):.3f} bytes/token (gpt2, vocab {gpt2.n_vocab})")
-        else:
-            print("(gpt2 encoding not cached locally: comparison skipped)")
+    print("compression by domain (bytes per token; reference tokenizers only when tiktoken has them cached):")
+    print(compression_table(tok, eval_domains(data_dir, val_chars, doc_cap)))
     return tok
 
 # %% ../nbs/01_tokenizer.ipynb #db020517

@@ -352,7 +352,7 @@ def rl_evaluate(
     if run.due(step, cfg.eval_every, s.num_steps):
         k, items, top_k = cfg.eval_k, cfg.eval_items, cfg.top_k or None
         ev = heldout_pass_at_k(s.engine, s.tok, s.held_task, items, k, cfg.max_new_tokens, cfg.temperature, top_k)
-        run.history["val"].append(dict(step=step, **ev))
+        run.record_eval(step, **ev)
         run.write(f"step {step:4d} | held-out " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items()))
 
 # %% ../nbs/13_rl.ipynb #ccbbd539

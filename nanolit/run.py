@@ -7,6 +7,7 @@ Docs: https://nanolit.github.io/nanolit/run.html.md"""
 # %% ../nbs/10b_run.ipynb #4a96234d
 from __future__ import annotations
 import json
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
@@ -35,7 +36,7 @@ from .checkpoint import remove_checkpoint
 from .checkpoint import step_path
 
 # %% auto #0
-__all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'horizon_hint']
+__all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'Tracker', 'horizon_hint']
 
 # %% ../nbs/10b_run.ipynb #ecd55ef0
 @dataclass
@@ -57,6 +58,7 @@ class RunConfig:
     progress: bool = True  # tqdm bar on rank 0
     tokenizer_dir: str = ""  # default $NANOLIT_BASE_DIR/tokenizer
     out_dir: str = ""  # default $NANOLIT_BASE_DIR/checkpoints/<stage>/<tag>
+    wandb_project: str = ""  # log to Weights & Biases under this project (rank 0; offline without an API key)
 
     def check(self) -> None:
         "ValueError naming the first invalid shared field (counts, cadences, ratio, resume mode)."
@@ -181,7 +183,7 @@ class Run:
             dist.barrier()
         seed_everything(cfg.seed)  # the same seed everywhere: identical init on every rank
         self.history = dict(train=[], val=[])
-        self.bar = None
+        self.bar = self.tracker = None
 
     def __repr__(self):
         return f"Run({self.stage}/{self.cfg.tag}, rank {self.rank} of {self.world}, resuming={self.resuming})"
@@ -217,6 +219,79 @@ def stop_due(
     "Whether `stop_after` ends the run after `done` steps, before its horizon."
     return self.cfg.stop_after > 0 and done >= self.cfg.stop_after and done < num_steps
 
+# %% ../nbs/10b_run.ipynb #c4a09b8e
+def _numbers(d: dict) -> dict:
+    return {k: float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class Tracker:
+    "A Weights & Biases run on rank 0 (imported only here): config, step records, evals, tables, summary."
+
+    def __init__(
+        self,
+        project: str,  # the W&B project
+        name: str,  # the run's display name
+        config: dict,  # the stage's whole config
+        directory: Path,  # the checkpoint dir: W&B's files go to `<directory>/wandb`, its run id to `wandb_id`
+        resuming: bool = False,  # continue the W&B run of `directory`
+    ):
+        import uuid
+
+        import wandb
+
+        mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+        directory.mkdir(parents=True, exist_ok=True)
+        id_file = directory / "wandb_id"
+        run_id = id_file.read_text().strip() if resuming and id_file.exists() else uuid.uuid4().hex[:12]
+        id_file.write_text(run_id)
+        self.wandb, self.mode = wandb, mode
+        self.run = wandb.init(
+            project=project, name=name, config=config, dir=str(directory), mode=mode, id=run_id, resume="allow"
+        )
+
+    def log(self, values: dict, step: int) -> None:
+        "Log the numbers of `values` (others are skipped) at `step`."
+        self.run.log(_numbers(values), step=step)
+
+    def table(self, key: str, columns: list[str], rows: list[list], step: int) -> None:
+        "Log a table (samples, per-task results) under `key` at `step`."
+        self.run.log({key: self.wandb.Table(columns=columns, data=rows)}, step=step)
+
+    def finish(self, summary: dict | None = None) -> None:
+        "Write `summary`'s numbers as the run's summary and close the run."
+        for k, v in _numbers(summary or {}).items():
+            self.run.summary[k] = v
+        self.run.finish()
+
+
+@patch
+def track(
+    self: Run,
+    values: dict,  # numbers to log (others skipped)
+    step: int,  # the step they belong to
+) -> None:
+    "Log `values` to the tracker at `step` (nothing without `--wandb-project`, or off rank 0)."
+    if self.tracker is not None:
+        self.tracker.log(values, step)
+
+
+@patch
+def track_table(self: Run, key: str, columns: list[str], rows: list[list], step: int) -> None:
+    "Log a table to the tracker at `step` (nothing without `--wandb-project`, or off rank 0)."
+    if self.tracker is not None:
+        self.tracker.table(key, columns, rows, step)
+
+
+@patch
+def record_eval(
+    self: Run,
+    step: int,  # the step evaluated at
+    **values,  # its numbers (val bpb, loss, pass@k, ...)
+) -> None:
+    "Keep one evaluation in `history['val']` and log it to the tracker under `val/<name>`."
+    self.history["val"].append(dict(step=step, **values))
+    self.track({f"val/{k}": v for k, v in values.items()}, step)
+
 # %% ../nbs/10b_run.ipynb #d287eefc
 @patch
 def start(
@@ -227,6 +302,9 @@ def start(
     "Open the progress bar (shown on rank 0 when `progress`) and return it."
     hide = not (self.main and self.cfg.progress)
     self.bar = tqdm(total=total, initial=initial, disable=hide, desc=self.name, dynamic_ncols=True)
+    if self.main and self.cfg.wandb_project and self.tracker is None:
+        name = f"{self.stage}/{self.cfg.tag}"
+        self.tracker = Tracker(self.cfg.wandb_project, name, asdict(self.cfg), self.dir, self.resuming)
     return self.bar
 
 
@@ -251,6 +329,7 @@ def log(
 ) -> None:
     "Record one trained step: history, progress bar, and a log line every `log_every` steps (and the last)."
     self.history["train"].append(dict(step=step, **record))
+    self.track(record, step)
     self.bar.update(1)
     self.bar.set_postfix(**postfix)
     if self.main and not self.cfg.progress and (step % self.cfg.log_every == 0 or step == num_steps - 1):
@@ -383,6 +462,9 @@ def stopped(
         self.bar.close()
     of = f" of {num_steps}" if num_steps is not None else ""
     print0(f"stopped after step {done}{of} (stop_after); resume with --resume true")
+    if self.tracker is not None:
+        self.tracker.finish()
+        self.tracker = None
     return dict(history=self.history, stopped_at=done, checkpoint=str(self.dir))
 
 
@@ -403,6 +485,10 @@ def finish(
         (self.dir / f"{self.name}_result.json").write_text(json.dumps(result, indent=1))
         if summary:
             print(summary)
+        if self.tracker is not None:  # the result's numbers, one level of nesting flattened, as the summary
+            flat = {f"{k}/{k2}": v2 for k, v in result.items() if isinstance(v, dict) for k2, v2 in v.items()}
+            self.tracker.finish({**result, **flat})
+            self.tracker = None
     if self.world > 1:
         dist.barrier()  # every rank returns once the result exists
     return dict(result, history=self.history, checkpoint=str(self.dir))

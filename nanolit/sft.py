@@ -918,7 +918,7 @@ def sft_evaluate(
     "The evals due at `step`: the val loss and the chat eval, into the history and a log line each."
     if len(s.val_mix) and run.due(step, cfg.eval_every, s.num_steps):
         vl, vn = sft_val_loss(s.model, s.val_mix, s.tok, cfg, lay, s.T)
-        run.history["val"].append(dict(step=step, loss=vl, tokens=vn))
+        run.record_eval(step, loss=vl, tokens=vn)
         run.write(f"step {step:5d} | val loss {vl:.4f} ({vn} tokens)")
     if s.eval_tasks and run.due(step, cfg.chat_eval_every, s.num_steps):
         rows = chat_eval(s.model if lay.tp == 1 else plain_copy(s.model), s.tok, s.eval_tasks, cfg.chat_eval_items)

@@ -1120,8 +1120,18 @@ class Meter:
         "Tokens per second over the timed steps (None before any)."
         return self.tokens / self.seconds if self.seconds > 0 else None
 
-    def log(self, run: Run, step: int, num_steps: int, loss: float, lrm: float, dt: float, aux: float | None = None):
-        "Record step `step` (its loss, lr multiplier, seconds, MoE aux loss) in the run's history, bar and log."
+    def log(
+        self,
+        run: Run,
+        step: int,
+        num_steps: int,
+        loss: float,
+        lrm: float,
+        dt: float,
+        aux: float | None = None,
+        grad_norm: float | None = None,
+    ):
+        "Record step `step` (loss, lr multiplier, seconds, MoE aux loss, grad norm) in the run's history, bar and log."
         if step > self.start:
             self.seconds += dt
             self.tokens += self.tokens_per_step
@@ -1130,7 +1140,9 @@ class Meter:
         m = 100 * mfu(self.flops_per_token, tps, self.peak)
         line = f"step {step:5d}/{num_steps} | loss {loss:.4f} | lrm {lrm:.3f} | {dt * 1000:.0f} ms | "
         line += f"{tps:,.0f} tok/s | mfu {m:.2f}%"
-        record = dict(loss=loss, lr_mult=lrm, dt=dt, **({} if aux is None else dict(aux=aux)))
+        record = dict(loss=loss, lr_mult=lrm, dt=dt, tok_s=tps, mfu=m / 100, **({} if aux is None else dict(aux=aux)))
+        if grad_norm is not None:
+            record["grad_norm"] = grad_norm
         run.log(step, num_steps, record, line, loss=f"{self.smooth:.3f}", tok_s=f"{tps:,.0f}", mfu=f"{m:.1f}%")
 
 # %% ../nbs/11_train.ipynb #8ef19d06
@@ -1179,7 +1191,7 @@ def evaluate(
     t.model.eval()
     if do_eval:
         bpb = val_bpb(cfg, t, layout)
-        run.history["val"].append(dict(step=step, bpb=bpb))
+        run.record_eval(step, bpb=bpb)
         run.write(f"step {step:5d} | val bpb {bpb:.4f}")
     if last:  # and the exact-once number of the whole val split (09_eval), documents dealt to the data ranks
         out["val_docs"] = list(iter_documents("val", data_dir=cfg.data_dir or None, epochs=1))
@@ -1192,6 +1204,7 @@ def evaluate(
         out["samples"] = _sample(t.model, t.tok, SAMPLE_PROMPTS, device=run.device)
         for s in out["samples"]:
             run.write("  > " + s.replace("\n", " "))
+        run.track_table("samples", ["prompt", "sample"], [[p, s] for p, s in zip(SAMPLE_PROMPTS, out["samples"])], step)
     t.model.train()
     return out
 
@@ -1308,8 +1321,10 @@ def train(
         layout.sync(t.params)  # 2. gradients of the global mean loss, then clip their global norm
         if t.scaler is not None:  # fp16: divide by the loss scale (found overflows make step() skip)
             t.scaler.unscale_(t.optimizer)
+        norm = None
         if cfg.grad_clip > 0:
-            clip_grad_norm_(layout.clip_target(t.params, t.optimizer), cfg.grad_clip, shard_groups=layout.shard_groups)
+            target = layout.clip_target(t.params, t.optimizer)
+            norm = clip_grad_norm_(target, cfg.grad_clip, shard_groups=layout.shard_groups)
         if t.scaler is not None:  # 3. optimizer step
             t.scaler.step(t.optimizer)
             t.scaler.update()
@@ -1321,7 +1336,9 @@ def train(
         done = step + 1
         if done < t.num_steps:  # 4. schedule: the next step's learning rate and momentum
             schedule(cfg, t.optimizer, done, t.num_steps)
-        meter.log(run, step, t.num_steps, loss.item(), lr_mult(cfg, step, t.num_steps), dt, aux)
+        gn = None if norm is None else norm.item()
+        meter.log(run, step, t.num_steps, loss.item(), lr_mult(cfg, step, t.num_steps), dt, aux, gn)
+        run.track({"lr": lr_mult(cfg, step, t.num_steps) * t.optimizer.param_groups[0]["initial_lr"]}, step)
         # 5. eval, save
         if done < t.num_steps:
             evaluate(run, cfg, t, layout, done)

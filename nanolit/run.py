@@ -30,6 +30,7 @@ from .tokenizer import check_tokenizer
 from .checkpoint import checkpoint_dir
 from .checkpoint import clean_stale_temps
 from .checkpoint import find_last_step
+from .checkpoint import incomplete_checkpoints
 from .checkpoint import list_checkpoints
 from .checkpoint import save_dcp_checkpoint
 from .checkpoint import remove_checkpoint
@@ -409,6 +410,12 @@ def load_meta(
 ) -> tuple[int, dict]:
     "The newest complete checkpoint's (step, meta), checked against this run (model, tokenizer, horizon)."
     step = find_last_step(self.dir)
+    bad = [s for s in incomplete_checkpoints(self.dir) if s > step]
+    if bad:  # newer than the one resumed: a save cut short, or a file damaged since
+        print0(
+            f"warning: skipped {', '.join(f'step_{s:06d}' for s in bad)} in {self.dir}: incomplete or damaged (a "
+            f"file is missing or its size differs from the COMPLETE record); resuming from step {step}"
+        )
     meta = json.loads((self.step_dir(step) / "meta.json").read_text())
     check_model_config(meta, model_config, self.dir)
     if tokenizer is not None:

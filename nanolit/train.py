@@ -251,6 +251,7 @@ def validate_config(
     cfg: TrainConfig,  # the run's config
 ) -> None:
     "ValueError naming the first invalid option of `cfg` (values, then the layout); called at the start of `train`."
+    detect_compute_dtype("cpu")  # a bad $NANOLIT_DTYPE: its one line, before anything else
     check_values(cfg)
     check_layout(cfg)
 
@@ -709,10 +710,20 @@ def plan_run(
     )
     print0(plan)
     if not plan.fits:
+        state = mem["parameters"] + mem["gradients"] + mem["optimizer"]
+        if state > capacity:  # no batch size helps: the state itself must be split, or the model made smaller
+            fix = (
+                f"its weights, gradients and optimizer state alone take {_gib(state)}: "
+                + ("" if cfg.dp_mode == "fsdp2" else "shard them with --dp-mode fsdp2, ")
+                + "split the model with --tp/--pp, or lower --depth"
+            )
+        elif B == 1:
+            fix = "at one row per device: lower --sequence-len, split the model with --tp/--pp, or lower --depth"
+        else:
+            fix = "lower --device-batch-size (the batch stays with --total-batch-size)"
+            fix += "" if cfg.dp_mode in ("zero2", "fsdp2") else ", or shard with --dp-mode zero2"
         raise ValueError(
-            f"the plan needs {_gib(plan.total)} per rank, more than the {_gib(capacity)} of a {name}: lower "
-            f"--device-batch-size (the batch stays with --total-batch-size)"
-            + ("" if cfg.dp_mode in ("zero2", "fsdp2") else ", or shard with --dp-mode zero2")
+            f"the plan needs {_gib(plan.total)} per rank, more than the {_gib(capacity)} of a {name}: {fix}"
         )
     return plan
 
@@ -896,6 +907,8 @@ def setup_training(
     opt = layout.optimizer(build_optimizer(layout.param_groups(model), **kwargs, model_dim=gcfg.n_embd))
     accum = grad_accum_steps(plan.total_batch_size, B, T, layout.data_size)
     tokens_per_step, num_steps = plan.total_batch_size, plan.num_steps
+    if cfg.warmup_steps >= num_steps:  # the schedule would be reshaped without a word
+        cfg.bad("warmup_steps", f"must be below the run's {num_steps} steps")
     n_slots = layout.data_size * accum  # one data shard per (data rank, micro-step)
     print0(plan)
     slots = f"{n_slots} data shards ({layout.data_size} data ranks x {accum} accumulation steps of {B} x {T})"

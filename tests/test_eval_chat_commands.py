@@ -43,7 +43,7 @@ def test_eval_command_both_ways(tmp_path):
         assert none.returncode == 2 and "python -m nanolit.sft" in none.stderr, (way, none.stderr[-2000:])
         assert "Traceback" not in none.stderr
     help_ = _run(cmd + ["--help"], base)
-    assert help_.returncode == 0 and "{base,chat,data}" in help_.stdout and "--max-per-task" in help_.stdout
+    assert help_.returncode == 0 and "{base,chat,data,bundle}" in help_.stdout and "--max-per-task" in help_.stdout
     assert "build the eval data" in help_.stdout  # the parameters' comments are the help
 
 

@@ -47,9 +47,9 @@ __all__ = ['SOURCES', 'HEAD_PREFIX_CHARS', 'DataLoader', 'WEB_SOURCES', 'main', 
            'r_unserialize', 'read_r_lazyload', 'read_shakespeare', 'read_milton', 'read_austen', 'read_python_doc',
            'read_fortunes', 'read_jargon', 'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source',
            'collect_documents', 'split_documents', 'print_corpus_summary', 'build_corpus', 'sha256_file',
-           'download_shards', 'list_parquet_files', 'TooFewRowGroups', 'CorruptShardError', 'ShardedDocuments',
-           'iter_documents', 'NoTails', 'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader', 'make_loader',
-           'CorpusConfig']
+           'download_file', 'download_shards', 'list_parquet_files', 'TooFewRowGroups', 'CorruptShardError',
+           'ShardedDocuments', 'iter_documents', 'NoTails', 'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader',
+           'make_loader', 'CorpusConfig']
 
 # %% ../nbs/02_data.ipynb #62941507
 def normalize_text(text: str) -> str:
@@ -838,6 +838,25 @@ def _check_parquet(path: Path, sha256: str | None = None) -> None:
         raise ValueError(f"{path.name} has no 'text' column (columns: {names})")
 
 # %% ../nbs/02_data.ipynb #f02313c0
+def download_file(
+    get,  # `requests.get` or a session's `get`
+    url: str,  # what to fetch
+    path: Path,  # where to write it (overwritten), fsynced before return
+    timeout: float,  # seconds per network read
+) -> str:
+    "Stream `url` into `path` in 1 MiB chunks; returns the sha256 hex digest of what was written."
+    h = hashlib.sha256()
+    with get(url, stream=True, timeout=timeout) as r:
+        r.raise_for_status()
+        with open(path, "wb") as f:
+            for chunk in r.iter_content(1 << 20):
+                f.write(chunk)
+                h.update(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+    return h.hexdigest()
+
+
 def _fetch_shard(sess, url: str, dest: Path, digest, retries: int, timeout: float, backoff: float) -> Path:
     "One shard to `dest`, atomically (temp file, fsync, rename), up to `retries` tries; a valid `dest` is kept."
     if dest.exists():
@@ -850,13 +869,7 @@ def _fetch_shard(sess, url: str, dest: Path, digest, retries: int, timeout: floa
     for attempt in range(retries):
         tmp = dest.parent / f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            with sess.get(url, stream=True, timeout=timeout) as r:
-                r.raise_for_status()
-                with open(tmp, "wb") as f:
-                    for chunk in r.iter_content(1 << 20):
-                        f.write(chunk)
-                    f.flush()
-                    os.fsync(f.fileno())
+            download_file(sess.get, url, tmp, timeout)
             _check_parquet(tmp, digest)
             os.replace(tmp, dest)
             return dest

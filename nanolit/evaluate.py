@@ -7,7 +7,6 @@ Docs: https://nanolit.github.io/nanolit/evaluate.html.md"""
 # %% ../nbs/10a_evaluate.ipynb #97cb50ae
 from __future__ import annotations
 import csv
-import hashlib
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ from fastcore.script import bool_arg, call_parse
 from matplotlib.figure import Figure
 
 from .core import dist_init, exit_on_user_error, get_base_dir, parse_device, print0
-from .data import iter_documents, list_parquet_files
+from .data import download_file, iter_documents, list_parquet_files
 from .checkpoint import latest_tag, load_model
 from .engine import Engine
 from nanolit.eval import (
@@ -112,18 +111,12 @@ def fetch_core_bundle(
     if (dest / "core.yaml").exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part, tmp, h = dest.with_name(dest.name + ".zip.part"), dest.with_name(dest.name + ".tmp"), hashlib.sha256()
+    part, tmp = dest.with_name(dest.name + ".zip.part"), dest.with_name(dest.name + ".tmp")
     try:
-        with requests.get(url, stream=True, timeout=timeout) as r:
-            r.raise_for_status()
-            with open(part, "wb") as f:
-                for chunk in r.iter_content(1 << 20):
-                    f.write(chunk)
-                    h.update(chunk)
+        digest = download_file(requests.get, url, part, timeout)
     except requests.RequestException as e:
         part.unlink(missing_ok=True)
         raise ConnectionError(f"could not download the CORE bundle from {url}: {e}") from None
-    digest = h.hexdigest()
     if sha256 and digest != sha256.lower():
         part.unlink()
         raise ValueError(f"{url}: sha256 {digest}, expected {sha256} (a corrupt or different file; nothing kept)")

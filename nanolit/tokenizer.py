@@ -693,7 +693,10 @@ def compression_table(
 ) -> str:
     "A markdown table of bytes per token by domain: ours and each reference encoding (or why it was skipped)."
     if others is None:
-        others = {n: (lambda e, why: e if e is not None else why)(*cached_encoding(n)) for n in REFERENCE_ENCODINGS}
+        others = {}
+        for n in REFERENCE_ENCODINGS:
+            enc, why = cached_encoding(n)
+            others[n] = enc if enc is not None else why
     names = [f"ours ({tok.vocab_size:,})"] + [
         n if isinstance(e, str) else f"{n} ({e.n_vocab:,})" for n, e in others.items()
     ]

@@ -47,8 +47,8 @@ __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REF
            'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name',
            'TrainSetup', 'build_train_model', 'use_compile', 'apply_fp8', 'loss_scaler', 'setup_training', 'describe',
            'load_train_state', 'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter',
-           'val_bpb', 'val_bpb_exact', 'core_subset', 'evaluate', 'save_training', 'finish_training', 'train_sample',
-           'train']
+           'val_bpb', 'val_bpb_exact', 'built_core_tasks', 'core_subset', 'evaluate', 'save_training',
+           'finish_training', 'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -803,6 +803,7 @@ class TrainSetup:
     n_scaling_params: int = 0  # matrices + lm head (`GPT.num_scaling_params`): what the horizon counts
     plan: ScalingPlan | None = None  # how the horizon, batch, lrs and decay were decided (`plan_scaling`)
     scaler: object = None  # fp16's `GradScaler` (`loss_scaler`), else None
+    core_tasks: dict | None = None  # with --core-every: {name: items} of every built CORE task, read once
 
 
 def build_train_model(
@@ -939,6 +940,7 @@ def setup_training(
         n_scaling,
         plan,
         scaler,
+        built_core_tasks() if cfg.core_every else None,
     )
 
 
@@ -1200,17 +1202,25 @@ def val_bpb_exact(
 # The first `core_items` items of every built CORE task (09_eval's `evaluate_core_task`, items dealt over the ranks,
 # the counts all-reduced), centered and averaged as CORE is: a fixed subset, so successive evals compare. Plain data
 # parallelism only (every rank holds the whole model; `check_values` refuses the rest).
+def built_core_tasks() -> dict[str, list[dict]]:
+    "{name: items} of every CORE task built under `eval_data_dir()` (`nanolit-eval data`)."
+    out = {}
+    for name in CORE_TASKS:
+        try:
+            out[name] = load_items(name)
+        except FileNotFoundError:
+            continue
+    return out
+
+
 def core_subset(
-    t: TrainSetup,  # what `setup_training` built
+    t: TrainSetup,  # what `setup_training` built (its `core_tasks`)
     items: int,  # items per task
 ) -> tuple[float, int] | None:
     "(CORE of the subset, tasks scored), or None when no CORE task is built (`nanolit-eval data`)."
     acc = {}
-    for name, (ttype, shots, _, _) in CORE_TASKS.items():
-        try:
-            task = load_items(name)
-        except FileNotFoundError:
-            continue
+    for name, task in (t.core_tasks or {}).items():
+        ttype, shots = CORE_TASKS[name][:2]
         acc[name] = evaluate_core_task(t.model, t.tok, task, ttype, shots, max_items=items, device=t.token_bytes.device)
     if not acc:
         return None
@@ -1395,8 +1405,9 @@ def train(
         if done < t.num_steps:  # 4. schedule: the next step's learning rate and momentum
             schedule(cfg, t.optimizer, done, t.num_steps)
         gn = None if norm is None else norm.item()
-        meter.log(run, step, t.num_steps, loss.item(), lr_mult(cfg, step, t.num_steps), dt, aux, gn)
-        run.track({"lr": lr_mult(cfg, step, t.num_steps) * t.optimizer.param_groups[0]["initial_lr"]}, step)
+        lrm = lr_mult(cfg, step, t.num_steps)
+        meter.log(run, step, t.num_steps, loss.item(), lrm, dt, aux, gn)
+        run.track({"lr": lrm * t.optimizer.param_groups[0]["initial_lr"]}, step)
         # 5. eval, save
         if done < t.num_steps:
             evaluate(run, cfg, t, layout, done)

@@ -18,8 +18,8 @@ from .mesh import Layout, Mesh
 
 # %% auto #0
 __all__ = ['DP_MODES', 'ZERO2_BUCKET_MB', 'group_size', 'allreduce_gradients', 'broadcast_parameters', 'replicas_max_diff',
-           'GradBucketer', 'wrap_ddp', 'shard_layout', 'all_gather_into', 'bucket_indices', 'ZeroMuonAdamW',
-           'shard_optimizer', 'apply_fsdp', 'clip_grad_norm_', 'zero_missing_grads', 'DataParallel']
+           'SyncToggle', 'GradBucketer', 'wrap_ddp', 'shard_layout', 'all_gather_into', 'bucket_indices',
+           'ZeroMuonAdamW', 'shard_optimizer', 'apply_fsdp', 'clip_grad_norm_', 'zero_missing_grads', 'DataParallel']
 
 # %% ../../nbs/06b_data_parallel.ipynb #b568ae6b
 def group_size(group=None) -> int:
@@ -91,7 +91,22 @@ def replicas_max_diff(module: nn.Module, group=None) -> float:
 # and receives the average (all ranks stay alike). `num_collectives` and `bytes_reduced` (payload bytes) count the
 # communication; `remove()` detaches the hooks. No hooks and no communication on one rank. ValueError if a parameter
 # is listed twice; RuntimeError if a second synced backward runs before `finish()`.
-class GradBucketer:
+class SyncToggle:
+    "Backward hooks that communicate only while `sync` is on; `no_sync()` turns it off for a block."
+
+    sync = True
+
+    @contextmanager
+    def no_sync(self):
+        "Inside this context backward only accumulates `p.grad` locally (use for all but the last micro-step)."
+        prev, self.sync = self.sync, False
+        try:
+            yield
+        finally:
+            self.sync = prev
+
+
+class GradBucketer(SyncToggle):
     """Rung 2: average gradients in ~`bucket_mb` MB buckets, all-reduced asynchronously during backward."""
 
     def __init__(
@@ -133,15 +148,6 @@ class GradBucketer:
     def _reset(self):
         self._pending = [len(b) for b in self.buckets]
         self._seen, self._works, self._next = set(), [None] * len(self.buckets), 0
-
-    @contextmanager
-    def no_sync(self):
-        "Inside this context backward only accumulates `p.grad` locally (use for all but the last micro-step)."
-        prev, self.sync = self.sync, False
-        try:
-            yield
-        finally:
-            self.sync = prev
 
     def _on_grad(self, p):
         if not self.sync:
@@ -300,7 +306,7 @@ def bucket_indices(
 # it), so that all ranks issue the same collectives. Every parameter of a group must share dtype and device
 # (ValueError). `comm_bytes` counts the payload bytes passed to collectives; `state_bytes()` the optimizer state on
 # this rank. With `overlap` (needs `bucket_mb`; see `attach`) the collectives run while the model computes.
-class ZeroMuonAdamW:
+class ZeroMuonAdamW(SyncToggle):
     """ZeRO-1/2 (Rajbhandari et al. 2020) `MuonAdamW` sharding its state (and with `overlap` its gradients)."""
 
     def __init__(
@@ -345,7 +351,7 @@ class ZeroMuonAdamW:
             {} for _ in self.param_groups
         ]  # per group: AdamW -> one shard state; Muon -> {param index: state}
         self.comm_bytes, self._grad_shards, self._hooks = 0, None, []
-        self.sync, self._order, self._slot = True, [], {}
+        self._order, self._slot = [], {}
 
     def _flat(self, gi, b, tensors=None, dtype=None) -> Tensor:
         "Bucket `b` of group `gi` as one (W * shard,) buffer of `tensors` (default: the gradients; None -> zeros)."
@@ -427,15 +433,6 @@ class ZeroMuonAdamW:
         self._pending = [len(self.layouts[gi]["buckets"][b]["params"]) for gi, b in self._order]
         self._bufs, self._works, self._out = [None] * K, [None] * K, [None] * K
         self._next, self._seen, self._in_flight = 0, set(), []
-
-    @contextmanager
-    def no_sync(self):
-        "Inside this context backward only accumulates `p.grad` locally (use for all but the last micro-step)."
-        prev, self.sync = self.sync, False
-        try:
-            yield
-        finally:
-            self.sync = prev
 
     def _buf(self, k):
         if self._bufs[k] is None:

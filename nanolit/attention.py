@@ -15,7 +15,7 @@ from torch import Tensor
 
 # %% auto #0
 __all__ = ['FA3_KERNEL', 'attention_naive', 'attention_mask', 'attention_matmul', 'window_block_mask', 'attention_flex',
-           'attention_backend', 'attention']
+           'attention_backend', 'attention', 'ragged_attention_mask', 'attention_masked']
 
 # %% ../nbs/03_attention.ipynb #226139c6
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> tuple[int, int, int, int, int, int]:
@@ -226,3 +226,39 @@ def attention(
     else:
         y = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=attention_mask(Tq, Tk, window, device=q.device), **kw)
     return y.transpose(1, 2)
+
+# %% ../nbs/03_attention.ipynb #455cfbe4
+def ragged_attention_mask(
+    pos: Tensor,  # (B,) int64: each row's first query position p_b (its cached length)
+    Tq: int,  # queries per row, at p_b .. p_b + Tq - 1
+    start: int,  # absolute position of the first key slot
+    end: int,  # one past the absolute position of the last key slot
+    window: int | None = None,  # query p sees keys p - window < j <= p; None: all j <= p
+) -> Tensor:  # bool (B, 1, Tq, end - start), True = may attend
+    "The mask of a batch whose rows sit at different positions: per row, causal and windowed, padding hidden."
+    q = pos[:, None, None, None] + torch.arange(Tq, device=pos.device)[:, None]  # (B, 1, Tq, 1) absolute
+    j = torch.arange(start, end, device=pos.device)  # (Tk,) absolute key positions
+    mask = j <= q
+    if window is not None:
+        mask = mask & (j > q - window)
+    return mask
+
+
+def attention_masked(
+    q: Tensor,  # queries (B, Tq, Hq, D)
+    k: Tensor,  # keys (B, Tk, Hkv, D), Hq % Hkv == 0
+    v: Tensor,  # values, k's shape
+    mask: Tensor,  # bool (B, 1, Tq, Tk), True = may attend; every query needs at least one True
+) -> Tensor:  # (B, Tq, Hq, D) in q's dtype
+    "Attention under an explicit per-row mask (`ragged_attention_mask`): SDPA with a boolean mask, scale 1/sqrt(D)."
+    B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, None)
+    if mask.shape != (B, 1, Tq, Tk) or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be bool (B, 1, Tq, Tk) = {(B, 1, Tq, Tk)}, got {mask.dtype} {tuple(mask.shape)}")
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    kw = {}
+    if Hkv != Hq:
+        if _SDPA_HAS_GQA:
+            kw["enable_gqa"] = True
+        else:
+            kt, vt = kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1)
+    return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, **kw).transpose(1, 2)

@@ -11,6 +11,7 @@ import codecs
 import math
 import numbers
 import operator
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -21,12 +22,14 @@ import torch
 from fastcore.basics import patch
 from torch import Tensor
 
+from .attention import ragged_attention_mask
 from .core import detect_compute_dtype
 
 # %% auto #0
-__all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'WindowedKVCache',
-           'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError', 'calculate', 'calculator',
-           'Utf8Stream', 'RowState', 'Engine']
+__all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'FINISH_REASONS',
+           'WindowedKVCache', 'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError', 'calculate',
+           'calculator', 'Utf8Stream', 'RowState', 'Engine', 'RaggedKVCache', 'sample_rows', 'Request', 'TokenEvent',
+           'ContinuousBatch', 'QueueFull', 'Completion']
 
 # %% ../nbs/08_engine.ipynb #05f9b2f5
 # One buffer (n_layer, 2, B, capacity, H_kv, D): layer l's keys are `kv[l, 0]`, the layout `nanolit.attention` takes;
@@ -510,8 +513,404 @@ def generate_batch(
                 masks[i].append(f)
     return out, masks
 
+# %% ../nbs/08_engine.ipynb #1b4f0183
+# One buffer (n_layer, 2, max_rows, H_kv, capacity, D): SDPA's (B, H, T, D) per layer, so a layer's keys are a view.
+class RaggedKVCache:
+    """The continuous-batching KV cache: rows at their own lengths `lens`; rows join (`add`) and leave (`remove`)."""
 
-# Pieces are whole UTF-8 characters (see `Utf8Stream`); the stop token is not yielded.
+    def __init__(
+        self,
+        n_layer: int,  # layers of the model
+        max_rows: int,  # rows it can hold (>= 1)
+        n_kv_head: int,  # H_kv
+        head_dim: int,  # D
+        capacity: int,  # positions allocated now, 1 <= capacity <= max_len
+        max_len: int,  # the most positions a row may reach (the model's `sequence_len`)
+        windows: list[int | None] | None = None,  # each layer's window (None: full attention)
+        device=None,  # where the buffer lives
+        dtype: torch.dtype = torch.float32,  # the buffer's dtype
+    ):
+        if not 1 <= capacity <= max_len:
+            raise ValueError(f"need 1 <= capacity ({capacity}) <= max_len ({max_len})")
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        self.windows = list(windows) if windows is not None else [None] * n_layer
+        if len(self.windows) != n_layer:
+            raise ValueError(f"{len(self.windows)} windows for {n_layer} layers")
+        self.max_len, self.lens = max_len, []  # lens[r]: positions row r has filled
+        # zeros, not empty: a short row's padding is read (then masked), and must be finite (03)
+        self.kv = torch.zeros(n_layer, 2, max_rows, n_kv_head, capacity, head_dim, device=device, dtype=dtype)
+        self.pos = torch.zeros(0, dtype=torch.long, device=device)  # (n,) lens as a tensor: the model's positions
+        self.last_ids = None  # (n, 1) each row's last token (a smear model reads it)
+        self._masks: dict = {}  # this forward's mask per window, made by the first layer that needs it
+
+    @classmethod
+    def for_model(
+        cls,
+        model,  # a `GPT`: its layers, KV heads, head dim, windows, device and compute dtype
+        max_rows: int,  # rows in flight at most
+        capacity: int | None = None,  # positions allocated now (default `sequence_len`)
+    ) -> "RaggedKVCache":
+        "A cache shaped for `model`, with `max_len = sequence_len`."
+        c = model.config
+        device = next(model.parameters()).device
+        dtype = detect_compute_dtype(device.type)
+        L = c.sequence_len
+        return cls(c.n_layer, max_rows, c.n_kv_head, c.head_dim, capacity or L, L, model.windows, device, dtype)
+
+    @property
+    def n(self) -> int:
+        "Rows in flight (int)."
+        return len(self.lens)
+
+    @property
+    def max_rows(self) -> int:
+        "Rows the buffer holds (int)."
+        return self.kv.size(2)
+
+    @property
+    def capacity(self) -> int:
+        "Positions allocated per row now (int, <= max_len); `update` grows it when a write needs more."
+        return self.kv.size(4)
+
+    def grow(self, capacity: int):
+        "Reallocate to `capacity` positions per row (no-op if not larger), keeping every row; ValueError past max_len."
+        if capacity > self.max_len:
+            raise ValueError(f"KV cache cannot grow to {capacity} > max_len {self.max_len}")
+        if capacity > self.capacity:
+            new = self.kv.new_zeros(*self.kv.shape[:4], capacity, self.kv.size(5))
+            new[..., : self.capacity, :] = self.kv
+            self.kv = new
+
+    def add(
+        self,
+        cache: WindowedKVCache,  # a prefilled cache (its `pos` positions and `last_ids`)
+        row: int = 0,  # which of its rows
+    ) -> int:
+        "Copy one prefilled row in as a new last row; returns its index. ValueError when all rows are taken."
+        if self.n == self.max_rows:
+            raise ValueError(f"all {self.max_rows} rows are in flight")
+        P, r = cache.pos, self.n
+        self.grow(min(self.max_len, max(P, self.capacity)))
+        self.kv[:, :, r, :, :P] = cache.kv[:, :, row, :P].transpose(2, 3)  # (L, 2, P, H, D) -> (L, 2, H, P, D)
+        self.lens.append(P)
+        self.pos = torch.tensor(self.lens, device=self.kv.device)
+        last = cache.last_ids[row : row + 1]
+        self.last_ids = last if self.last_ids is None else torch.cat([self.last_ids, last])
+        return r
+
+    def remove(self, r: int) -> None:
+        "Drop row `r`: the last row moves into its slot (one copy of its filled positions), so rows stay 0..n-1."
+        last = self.n - 1
+        if not 0 <= r <= last:
+            raise IndexError(f"row {r} is not in flight (0..{last})")
+        if r != last:
+            p = self.lens[last]
+            self.kv[:, :, r, :, :p] = self.kv[:, :, last, :, :p]
+            self.lens[r] = p
+            self.last_ids[r] = self.last_ids[last]
+        self.lens.pop()
+        self.pos = torch.tensor(self.lens, dtype=torch.long, device=self.kv.device)
+        self.last_ids = self.last_ids[:last] if last else None
+
+    # Row r writes its T new keys at lens[r]..lens[r]+T-1. The layer attends over slots start..end-1, end one past the
+    # longest row, start the earliest slot any row's window reaches; `attn_mask` hides the rest per row.
+    def update(
+        self,
+        layer: int,  # the layer index
+        k: Tensor,  # (n, T, H_kv, D) new keys
+        v: Tensor,  # (n, T, H_kv, D) new values
+    ) -> tuple[Tensor, Tensor]:
+        """Write each row's new k, v at its own position; returns (n, Tk, H_kv, D) views of the slots it attends to."""
+        n, T = k.shape[:2]
+        if n != self.n:
+            raise ValueError(f"{n} rows of keys for {self.n} rows in flight")
+        end = max(self.lens) + T
+        if end > self.max_len:
+            raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
+        if end > self.capacity:
+            self.grow(min(self.max_len, max(end, 2 * self.capacity)))
+        rows = torch.arange(n, device=k.device)[:, None]
+        p = self.pos[:, None] + torch.arange(T, device=k.device)  # (n, T) absolute positions
+        self.kv[layer, 0][rows, :, p], self.kv[layer, 1][rows, :, p] = k, v  # (n, T, H, D) into (R, H, cap, D)
+        w = self.windows[layer]
+        start = 0 if w is None else max(0, min(self.lens) - w + 1)
+        if w not in self._masks:
+            self._masks[w] = ragged_attention_mask(self.pos, T, start, end, w)
+        kl, vl = self.kv[layer, 0, :n, :, start:end], self.kv[layer, 1, :n, :, start:end]
+        return kl.transpose(1, 2), vl.transpose(1, 2)
+
+    def attn_mask(self, layer: int) -> Tensor:
+        "The bool (n, 1, T, Tk) mask of `layer`'s last `update`: each row's own causal window over the slots returned."
+        return self._masks[self.windows[layer]]
+
+    def advance(self, T: int) -> None:
+        "Mark T more positions filled in every row; the model calls it once per forward, after its last layer."
+        self.lens = [p + T for p in self.lens]
+        self.pos = self.pos + T
+        self._masks = {}
+
+# %% ../nbs/08_engine.ipynb #73ae7a67
+def sample_rows(
+    logits: Tensor,  # fp32 (n, V), one row per request
+    settings: list[tuple[float, int | None, float | None]],  # per row (temperature, top_k, top_p), as `sample_next`
+    generators: list[torch.Generator],  # per row: draws that row's one uniform (greedy rows draw nothing)
+) -> Tensor:
+    """One token id per row -> int64 (n,), each row sampled with its own settings by inverse CDF from its generator."""
+    out = logits.argmax(dim=-1)
+    groups: dict = {}
+    for r, s in enumerate(settings):
+        if s[0] > 0:
+            groups.setdefault(s, []).append(r)
+    for (temperature, top_k, top_p), rows in groups.items():
+        idx = torch.tensor(rows, device=logits.device)
+        probs = torch.softmax(_sampling_logits(logits[idx], temperature, top_k, top_p), dim=-1)
+        cdf = probs.cumsum(dim=-1)
+        u = torch.cat([torch.rand(1, generator=generators[r], device=generators[r].device) for r in rows])
+        u = u.to(cdf.device, cdf.dtype) * cdf[:, -1]
+        tok = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1)  # the first id with cdf > u
+        out[idx] = tok.clamp(max=logits.size(-1) - 1)
+    return out
+
+# %% ../nbs/08_engine.ipynb #448e1b22
+FINISH_REASONS = ("stop", "length", "context", "cancelled")  # why a row ended: see `ContinuousBatch.step`
+
+
+@dataclass
+class Request:
+    "One prompt and its own sampling settings, for `ContinuousBatch` (fields as in `Engine.generate`)."
+
+    tokens: list[int]  # the prompt's token ids
+    max_tokens: int | None = None  # most new tokens (None: up to the context)
+    temperature: float = 1.0  # 0: greedy
+    top_k: int | None = None  # keep the k largest logits (0/None = off)
+    top_p: float | None = None  # nucleus mass (None or 1 = off)
+    seed: int = 42  # seeds this row's own generator
+    stop_tokens: frozenset[int] | None = None  # ids that end it (None: the engine's)
+
+
+@dataclass
+class TokenEvent:
+    "What one request did in one step: a token (None if it ended without one) and, on its last event, the reason."
+
+    request_id: int  # as returned by `ContinuousBatch.submit`
+    token: int | None  # the id emitted this step (a stop token included), or None
+    sampled: bool  # True if sampled, False if forced by the tool (or no token)
+    finish_reason: str | None = None  # one of FINISH_REASONS on the request's last event, else None
+
+
+@dataclass
+class _Row:
+    rid: int
+    req: Request
+    state: RowState
+    gen: torch.Generator
+    budget: int  # new tokens it may still make
+    stops: set
+    made: int = 0
+
+# %% ../nbs/08_engine.ipynb #67f86ac9
+class ContinuousBatch:
+    "Continuous batching over an `Engine`: `submit` requests, call `step` until `idle`; rows join and leave per step."
+
+    def __init__(
+        self,
+        engine: "Engine",  # the model, tokenizer, stop tokens and tool
+        max_rows: int = 8,  # rows decoded together at most
+        max_waiting: int | None = None,  # requests queued beyond the rows (None: no bound); `submit` refuses past it
+    ):
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        self.engine, self.max_rows, self.max_waiting = engine, max_rows, max_waiting
+        m = engine.model
+        self.device, self.L, self.V = next(m.parameters()).device, m.config.sequence_len, m.config.vocab_size
+        self.cache = RaggedKVCache.for_model(m, max_rows, capacity=min(self.L, engine.decode_room))
+        self.rows: list[_Row] = []
+        self.logits = None  # (n, V) the next-token logits of each row in flight
+        self.waiting: deque = deque()  # (id, Request)
+        self._next_id, self._cancelled, self._lock = 0, set(), threading.Lock()
+        self.admitted = 0  # requests prefilled so far (a cancelled waiting one never is)
+
+    @property
+    def idle(self) -> bool:
+        "True when no row is in flight and none is waiting."
+        return not self.rows and not self.waiting
+
+    def stats(self) -> dict:
+        "Rows in flight, requests waiting, requests admitted so far, and the limits (a dict, for a health endpoint)."
+        return dict(
+            rows=len(self.rows),
+            waiting=len(self.waiting),
+            admitted=self.admitted,
+            max_rows=self.max_rows,
+            max_waiting=self.max_waiting,
+        )
+
+    def submit(self, request: Request) -> int:
+        "Queue a request; returns its id. ValueError on a bad request, `QueueFull` when the waiting queue is full."
+        V, L = self.V, self.L
+        t = request.tokens
+        if isinstance(t, str):
+            raise TypeError(
+                "the prompt must be token ids, not text: pass tokenizer.encode(text, prepend=tokenizer.bos_token_id)"
+            )
+        if not t:
+            raise ValueError("tokens (the prompt) must be non-empty")
+        if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= int(i) < V for i in t):
+            raise ValueError(f"prompt token ids must be ints in [0, {V})")
+        if len(t) > L:
+            raise ValueError(f"prompt of {len(t)} tokens exceeds sequence_len {L}")
+        if request.max_tokens is not None and request.max_tokens < 0:
+            raise ValueError(f"max_tokens must be >= 0 or None, got {request.max_tokens}")
+        _check_sampling(request.temperature, request.top_k, request.top_p)
+        with self._lock:
+            if self.max_waiting is not None and len(self.waiting) >= self.max_waiting:
+                raise QueueFull(f"{len(self.waiting)} requests already waiting (max_waiting {self.max_waiting})")
+            rid, self._next_id = self._next_id, self._next_id + 1
+            self.waiting.append((rid, request))
+        return rid
+
+    def cancel(self, request_id: int) -> None:
+        "End a request at the next `step` (safe from another thread); its row is freed there, reason 'cancelled'."
+        with self._lock:
+            self._cancelled.add(request_id)
+
+
+class QueueFull(RuntimeError):
+    "`ContinuousBatch.submit` refused: the waiting queue is at `max_waiting` (a server answers 429)."
+
+# %% ../nbs/08_engine.ipynb #d12e9fc8
+@patch
+def _drop(self: ContinuousBatch, r: int) -> None:
+    "Remove row r from the cache, the rows and the logits, the last row taking its place."
+    self.cache.remove(r)
+    last = len(self.rows) - 1
+    if r != last:
+        self.rows[r] = self.rows[last]
+        self.logits[r] = self.logits[last]
+    self.rows.pop()
+    self.logits = self.logits[:last] if last else None
+
+
+@patch
+def _admit(self: ContinuousBatch, rid: int, req: Request, events: list) -> None:
+    "Prefill one request alone and add it as a row (or end it at once when it has no room for a token)."
+    P = len(req.tokens)
+    budget = self.L - P if req.max_tokens is None else min(req.max_tokens, self.L - P)
+    if budget <= 0:
+        reason = "length" if req.max_tokens is not None and req.max_tokens <= self.L - P else "context"
+        events.append(TokenEvent(rid, None, False, reason))
+        return
+    pre = WindowedKVCache.for_model(self.engine.model, 1, capacity=P)
+    ids = torch.tensor([list(map(int, req.tokens))], device=self.device)
+    logits = self.engine.model(ids, kv_cache=pre)[:, -1]
+    pre.last_ids = ids[:, -1:]  # as the model leaves it (a stand-in model may not)
+    self.cache.add(pre)
+    self.logits = logits if self.logits is None else torch.cat([self.logits, logits])
+    gen = torch.Generator(device=self.device).manual_seed(req.seed)
+    stops = self.engine.stop_tokens if req.stop_tokens is None else set(req.stop_tokens)
+    self.rows.append(_Row(rid, req, RowState(), gen, budget, stops))
+    self.admitted += 1
+
+
+@patch
+@torch.inference_mode()
+def step(self: ContinuousBatch) -> list[TokenEvent]:
+    """Cancel, admit, sample one token per row, retire finished rows, one forward for the rest: this step's events."""
+    events = []
+    with self._lock:
+        cancelled, self._cancelled = self._cancelled, set()
+        if cancelled:
+            kept = [(i, q) for i, q in self.waiting if i not in cancelled]
+            events += [TokenEvent(i, None, False, "cancelled") for i, _ in self.waiting if i in cancelled]
+            self.waiting = deque(kept)
+    for r in reversed(range(len(self.rows))):
+        if self.rows[r].rid in cancelled:
+            events.append(TokenEvent(self.rows[r].rid, None, False, "cancelled"))
+            self._drop(r)
+    while len(self.rows) < self.max_rows:
+        with self._lock:
+            if not self.waiting:
+                break
+            rid, req = self.waiting.popleft()
+        self._admit(rid, req, events)
+    if not self.rows:
+        return events
+    settings = [(w.req.temperature, w.req.top_k, w.req.top_p) for w in self.rows]
+    sampled = sample_rows(self.logits, settings, [w.gen for w in self.rows]).tolist()
+    feed, done = [], []
+    for r, w in enumerate(self.rows):
+        forced = bool(w.state.forced)
+        t = w.state.forced.popleft() if forced else sampled[r]
+        w.made += 1
+        reason = None
+        if t in w.stops:
+            reason = "stop"
+        elif w.made == w.budget:
+            reason = "length" if w.req.max_tokens is not None and w.made == w.req.max_tokens else "context"
+        else:
+            self.engine._tool_step(w.state, t)
+        events.append(TokenEvent(w.rid, t, not forced, reason))
+        feed.append(t)
+        if reason:
+            done.append(r)
+    for r in reversed(done):  # highest first: the row moved into r's slot is never one still to drop
+        feed[r] = feed[len(self.rows) - 1]
+        feed.pop()
+        self._drop(r)
+    if self.rows:
+        ids = torch.tensor(feed, device=self.device)[:, None]
+        self.logits = self.engine.model(ids, kv_cache=self.cache)[:, -1]
+    return events
+
+# %% ../nbs/08_engine.ipynb #c1bb1c9f
+@dataclass
+class Completion:
+    "A request's whole output from `Engine.generate_many`: new token ids (no stop token), their mask, the reason."
+
+    tokens: list[int]  # the new token ids, without the final stop token
+    sampled: list[int]  # per token: 1 sampled, 0 forced by the tool
+    finish_reason: str  # one of FINISH_REASONS
+
+
+@patch
+def generate_many(
+    self: Engine,
+    requests: list[Request],  # prompts of any lengths, each with its own settings
+    max_rows: int = 8,  # rows decoded together
+) -> list[Completion]:
+    """Generate every request by continuous batching; completions in the order of `requests`."""
+    cb = ContinuousBatch(self, max_rows)
+    ids = [cb.submit(r) for r in requests]
+    out = {i: Completion([], [], "") for i in ids}
+    while not cb.idle:
+        for e in cb.step():
+            c = out[e.request_id]
+            if e.token is not None and e.finish_reason != "stop":
+                c.tokens.append(e.token)
+                c.sampled.append(int(e.sampled))
+            if e.finish_reason:
+                c.finish_reason = e.finish_reason
+    return [out[i] for i in ids]
+
+
+@patch
+def event_text(
+    self: Engine,
+    dec: Utf8Stream,  # the request's decoder (holds an unfinished character)
+    event: TokenEvent,  # one of its events
+    specials: bool = True,  # show special tokens (tool calls and outputs) by name, else leave them out
+) -> str:
+    "The text one event adds to a reply, in whole UTF-8 characters ('' for no token or a stop token)."
+    t = event.token
+    if t is None or event.finish_reason == "stop":
+        return ""
+    if t in self.special_names:
+        return dec.flush() + (self.special_names[t] if specials else "")
+    return dec.feed(self.tokenizer.id_to_bytes(t))
+
+
+# Pieces are whole UTF-8 characters (see `Utf8Stream`); the stop token is not yielded. A batch of one request.
 @patch
 def stream_text(
     self: Engine,
@@ -523,16 +922,12 @@ def stream_text(
     seed: int = 42,  # seeds the sampler
     specials: bool = True,  # show special tokens (tool calls and outputs) by name, else leave them out
 ) -> Iterator[str]:
-    """Generate one sample and yield its text in pieces that are always whole UTF-8 characters."""
-    dec = Utf8Stream()
-    for (t,), _ in self.generate(tokens, 1, max_tokens, temperature, top_k, top_p, seed):
-        if t in self.stop_tokens:
-            break
-        if t in self.special_names:
-            piece = dec.flush() + (self.special_names[t] if specials else "")
-        else:
-            piece = dec.feed(self.tokenizer.id_to_bytes(t))
-        if piece:
-            yield piece
+    """Generate one reply (a `ContinuousBatch` of one) and yield its text in pieces of whole UTF-8 characters."""
+    cb, dec = ContinuousBatch(self, 1), Utf8Stream()
+    cb.submit(Request(tokens, max_tokens, temperature, top_k, top_p, seed))
+    while not cb.idle:
+        for e in cb.step():
+            if piece := self.event_text(dec, e, specials):
+                yield piece
     if tail := dec.flush():
         yield tail

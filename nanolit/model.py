@@ -18,7 +18,7 @@ from torch.distributed.tensor import DTensor
 from torch import Tensor
 
 from .core import detect_compute_dtype
-from .attention import attention
+from .attention import attention, attention_masked
 
 # %% auto #0
 __all__ = ['VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES', 'LOSS_CHUNK_BYTES_CPU', 'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig',
@@ -141,13 +141,15 @@ def rotary_tables(
 
 def apply_rotary(
     x: Tensor,  # (B, T, H, D)
-    cos: Tensor,  # (T, D/2) for x's positions
-    sin: Tensor,  # (T, D/2)
+    cos: Tensor,  # (T, D/2) for x's positions, or (B, T, D/2): each row at its own positions
+    sin: Tensor,  # cos's shape
 ) -> Tensor:  # x's shape and dtype
     "Rotate-half RoPE: channel i is paired with channel i + D/2."
     d = x.size(-1) // 2
     x1, x2 = x[..., :d], x[..., d:]
-    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # (.., T, 1, D/2): the same angle for every head
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 # %% ../nbs/04_model.ipynb #7b9a89db
@@ -204,9 +206,11 @@ class CausalSelfAttention(nn.Module):
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # RoPE, then QK-norm (they commute)
         if self.q_gain is not None:  # scales q . k per head: a learned attention temperature
             q = q * self.q_gain.to(q.dtype)[:, None]
+        mask = None
         if kv_cache is not None:
             k, v = kv_cache.update(self.layer_idx, k, v)
-        y = self.attn_fn(q, k, v, window)
+            mask = kv_cache.attn_mask(self.layer_idx) if hasattr(kv_cache, "attn_mask") else None
+        y = self.attn_fn(q, k, v, window) if mask is None else attention_masked(q, k, v, mask)
         return self.c_proj(y.reshape(B, T, -1))
 
 # %% ../nbs/04_model.ipynb #794087db
@@ -552,10 +556,16 @@ def forward(
         raise ValueError(f"loss_reduction must be mean, sum or none, got {loss_reduction!r}")
     B, T = idx.shape
     t0 = 0 if kv_cache is None else kv_cache.pos
-    if t0 + T > self.cos.size(0):
-        raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
-    cos, sin = self.cos[t0 : t0 + T], self.sin[t0 : t0 + T]
     dtype = detect_compute_dtype(idx.device.type)  # core's precision policy, for the device we run on
+    if isinstance(t0, Tensor):  # one position per row (B,): a batch of different lengths (08's RaggedKVCache)
+        if int(t0.max()) + T > self.cos.size(0):
+            raise ValueError(f"positions up to {int(t0.max()) + T} exceed sequence_len {self.cos.size(0)}")
+        p = t0[:, None] + torch.arange(T, device=t0.device)  # (B, T)
+        cos, sin = self.cos[p].to(dtype), self.sin[p].to(dtype)  # (B, T, head_dim/2)
+    else:
+        if t0 + T > self.cos.size(0):
+            raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
+        cos, sin = self.cos[t0 : t0 + T].to(dtype), self.sin[t0 : t0 + T].to(dtype)
     x = norm(self.wte(idx).to(dtype))
     x = x0 = self.smear(x, kv_cache) if self.config.smear else x
     for i, block in enumerate(self.blocks):
@@ -597,7 +607,7 @@ def smear(
     "x_t + lambda * sigmoid(w . x_t[:24]) * x_{t-1}; x_{-1} is the cache's last token, or zero at position 0."
     k = self.smear_gate.numel()
     gate = self.smear_lambda.to(x.dtype) * torch.sigmoid(x[..., :k] @ self.smear_gate.to(x.dtype))[..., None]
-    if kv_cache is not None and kv_cache.pos > 0:
+    if kv_cache is not None and kv_cache.last_ids is not None:  # set by every forward on a cache
         first = norm(self.wte(kv_cache.last_ids).to(x.dtype))  # (B, 1, n_embd)
     else:
         first = torch.zeros_like(x[:, :1])

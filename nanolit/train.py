@@ -85,6 +85,7 @@ class TrainConfig(OptimConfig, RunConfig):
     ep: int = 1  # expert-parallel size (06e): experts split over ep ranks, tokens by all-to-all; composes with dp
     cp: int = 1  # context-parallel size (06f): each sequence split over cp ranks, ring attention; composes with dp
     eval_tokens: int = 65536  # val tokens per periodic eval: the first ceil(eval_tokens / T) val rows, at any layout
+    final_eval: Literal["exact", "rows"] = "exact"  # the final val number: every val token once, or the eval rows
     sample_every: int = -1  # steps between samples (-1: only at the end)
     core_every: int = 0  # steps between CORE on a fixed subset during training (0: never; -1: only at the end)
     core_items: int = 50  # with core_every: items per CORE task
@@ -160,6 +161,8 @@ def check_values(
         cfg.bad("compile", "must be auto, true or false")
     if cfg.long_docs not in ("mix", "split", "crop"):
         cfg.bad("long_docs", "must be mix, split or crop")
+    if cfg.final_eval not in ("exact", "rows"):
+        cfg.bad("final_eval", "must be exact or rows")
     if cfg.dp_mode not in DP_MODES:
         raise ValueError(f"dp_mode must be one of {DP_MODES}, got {cfg.dp_mode!r}")
     if cfg.pp_schedule not in PIPELINE_SCHEDULES:
@@ -1234,7 +1237,7 @@ def evaluate(
     layout: MeshLayout,  # the run's layout
     step: int,  # optimizer steps done
 ) -> dict:
-    "The evals due at `step`: val bpb (into the history); at the end the exact-once bpb and the samples."
+    "The evals due at `step`: val bpb (into the history); at the end the exact-once bpb (`final_eval`), samples."
     last, out = step == t.num_steps, {}
     do_eval = run.due(step, cfg.eval_every, t.num_steps)
     do_sample = step > 0 and run.due(step, cfg.sample_every, t.num_steps)
@@ -1248,8 +1251,9 @@ def evaluate(
         bpb = val_bpb(cfg, t, layout)
         run.record_eval(step, bpb=bpb)
         run.write(f"step {step:5d} | val bpb {bpb:.4f}")
-    if last:  # and the exact-once number of the whole val split (09_eval), documents dealt to the data ranks
+    if last:  # the val documents (for the baselines), and the exact-once number of the whole val split (09_eval)
         out["val_docs"] = list(iter_documents("val", data_dir=cfg.data_dir or None, epochs=1))
+    if last and cfg.final_eval == "exact":
         out["val_exact"] = ve = dict(step=step, **val_bpb_exact(cfg, t, layout, out["val_docs"], run.world))
         run.write(
             f"step {step:5d} | val bpb {ve['bpb']:.4f} exact-once ({ve['docs']} documents, {ve['bytes']:,} bytes)"
@@ -1316,12 +1320,16 @@ def finish_training(
     meter: Meter,  # its throughput
     final: dict,  # `evaluate`'s result at the last step
 ) -> dict:
-    "The run's result: final exact-once bpb, rates, replica check; rank 0 adds samples and unigram baselines."
+    "The run's result: final bpb (exact-once, or the eval rows), rates, replica check; rank 0 adds samples, baselines."
     tps = meter.rate  # None (JSON null) when no step after the first was timed
+    ve = final.get("val_exact")  # None with --final-eval rows: then the last periodic eval (always due at the end)
+    rows = next(h["bpb"] for h in reversed(run.history["val"]) if h["step"] == t.num_steps)
     result = dict(
-        final_val_bpb=final["val_exact"]["bpb"],
-        final_val_bpb_starts=final["val_exact"]["bpb_starts"],
-        val_exact=final["val_exact"],
+        final_val_bpb=ve["bpb"] if ve else rows,
+        final_val_bpb_starts=ve["bpb_starts"] if ve else None,
+        final_eval=run.cfg.final_eval,
+        final_val_bpb_rows=rows,
+        val_exact=ve,
         tok_per_s=tps,
         mfu=mfu(t.flops_per_token, tps, meter.peak) if tps else None,
         n_params=t.n_params,
@@ -1339,8 +1347,13 @@ def finish_training(
     result["unigram_token_bpb"] = unigram_token_bpb(t.tok, train_sample(run.cfg), final["val_docs"])
     rate = f"{tps:,.0f} tok/s | MFU {100 * result['mfu']:.2f}%" if tps else "no step timed (tok/s n/a)"
     summary = (
-        f"done: val bpb {result['final_val_bpb']:.4f} (document starts {result['final_val_bpb_starts']:.4f}) | "
-        f"baselines on the same val split: unigram bytes "
+        f"done: val bpb {result['final_val_bpb']:.4f} "
+        + (
+            f"(document starts {ve['bpb_starts']:.4f}) | "
+            if ve
+            else f"(the first {run.cfg.eval_tokens:,} val tokens) | "
+        )
+        + f"baselines on the same val split: unigram bytes "
         f"{result['unigram_byte_bpb']:.4f}, unigram tokens {result['unigram_token_bpb']:.4f} | {rate} | "
         f"checkpoint {run.dir}"
     )
@@ -1417,7 +1430,7 @@ def train(
             if run.save_due(done, t.num_steps):
                 save_training(run, cfg, t, layout, done)
     final = evaluate(run, cfg, t, layout, t.num_steps)
-    save_training(run, cfg, t, layout, t.num_steps, final["val_exact"])
+    save_training(run, cfg, t, layout, t.num_steps, final.get("val_exact"))
     out = finish_training(run, t, layout, meter, final)
     if t.scaler is not None:
         out["loss_scale"] = t.scaler.get_scale()  # fp16: where the dynamic scale ended

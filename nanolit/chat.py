@@ -26,12 +26,13 @@ from fastcore.script import call_parse
 from .core import get_base_dir, parse_device
 from .tokenizer import Tokenizer
 from .checkpoint import STAGE_COMMANDS, load_model
-from .engine import Engine
+from .engine import ContinuousBatch, Engine, QueueFull, TokenEvent, Utf8Stream
+from .engine import Request as EngineRequest
 
 # %% auto #0
 __all__ = ['ROLES', 'CHAT_HTML', 'ChatLimitError', 'prompt_tokens', 'stream_reply', 'ChatSession', 'chat_repl', 'RequestRefused',
-           'read_body', 'parse_json', 'sampling_options', 'request_prompt', 'GenerationSlots', 'Generation',
-           'create_app', 'parse_sse', 'start_server', 'serve', 'chat_widget', 'main']
+           'read_body', 'parse_json', 'sampling_options', 'request_prompt', 'EngineLoop', 'Generation', 'create_app',
+           'parse_sse', 'start_server', 'serve', 'chat_widget', 'main']
 
 # %% ../nbs/14_chat.ipynb #f057e1d8
 class ChatLimitError(ValueError):
@@ -238,32 +239,61 @@ CHAT_HTML = r"""<!doctype html>
 <html><head><meta charset="utf-8"><title>nanolit chat</title>
 <style>
 body{font-family:system-ui,sans-serif;max-width:760px;margin:2em auto;padding:0 1em}
-#chat{border:1px solid #ccc;border-radius:6px;padding:.5em;min-height:300px;max-height:65vh;overflow-y:auto}
+#chat{border:1px solid #ccc;border-radius:6px;padding:.5em;min-height:300px;max-height:60vh;overflow-y:auto}
 .msg{white-space:pre-wrap;margin:.4em 0;padding:.4em .6em;border-radius:6px}
 .user{background:#e8f0fe}.assistant{background:#f3f3f3}.error{color:#b00020}
+.tool,.tool-out{font-family:ui-monospace,monospace;border-radius:4px;padding:0 .3em}
+.tool{background:#fff3cd;border:1px solid #e0c36a}.tool-out{background:#d1e7dd;border:1px solid #8cc5a6}
+.note{color:#666;font-size:.85em}
 #input{width:100%;box-sizing:border-box;margin-top:.5em}
+#controls{margin:.4em 0;font-size:.9em}#controls input{width:4.5em}
+#served{color:#555;font-size:.85em}
 </style></head><body>
 <h2>nanolit chat</h2>
+<div id="served">serving <span id="ckpt">?</span> &middot; load: <span id="load">?</span></div>
 <div id="chat" data-state="idle"></div>
-<textarea id="input" rows="3" placeholder="Type a message; Enter sends, Shift+Enter is a new line"></textarea>
-<div><button id="send">Send</button> <button id="reset">Reset</button> <span id="status"></span></div>
+<textarea id="input" rows="3"
+ placeholder="Type a message; Enter sends, Shift+Enter is a new line, Esc stops a reply"></textarea>
+<div id="controls">
+ <label>temperature <input id="temperature" type="number" min="0" max="2" step="0.1" value="0.6"></label>
+ <label>top-k <input id="top_k" type="number" min="0" step="1" value="50"></label>
+ <label>max tokens <input id="max_tokens" type="number" min="1" step="1" value="512"></label>
+</div>
+<div><button id="send">Send</button> <button id="stop" disabled>Stop</button> <button id="reset">Reset</button>
+ <span id="status"></span></div>
 <script>
-const chat = document.getElementById("chat"), input = document.getElementById("input");
-const statusEl = document.getElementById("status");
+const $ = id => document.getElementById(id);
+const chat = $("chat"), input = $("input"), statusEl = $("status"), stopBtn = $("stop");
 let messages = [], controller = null;
+const TOOL = /<\|python_start\|>([\s\S]*?)(<\|python_end\|>|$)|<\|output_start\|>([\s\S]*?)(<\|output_end\|>|$)/g;
 function bubble(role, text) {
   const d = document.createElement("div"); d.className = "msg " + role; d.textContent = text;
   chat.appendChild(d); chat.scrollTop = chat.scrollHeight; return d;
 }
+function render(el, text) {  // the reply, with calculator calls and their results shown as such (text nodes only)
+  el.dataset.raw = text; el.textContent = ""; let last = 0, m; TOOL.lastIndex = 0;
+  while ((m = TOOL.exec(text)) !== null) {
+    if (m[0] === "") { TOOL.lastIndex++; continue; }
+    el.appendChild(document.createTextNode(text.slice(last, m.index)));
+    const s = document.createElement("span");
+    if (m[1] !== undefined) { s.className = "tool"; s.textContent = "calculator: " + m[1]; }
+    else { s.className = "tool-out"; s.textContent = "= " + m[3]; }
+    el.appendChild(s); last = TOOL.lastIndex;
+  }
+  el.appendChild(document.createTextNode(text.slice(last)));
+}
+function num(id) { const v = $(id).value; return v === "" ? undefined : Number(v); }
+function busy(b) { chat.dataset.state = b ? "busy" : "idle"; stopBtn.disabled = !b; $("send").disabled = b; }
 async function send() {
   const text = input.value;
   if (!text.trim() || chat.dataset.state === "busy") return;
   input.value = ""; messages.push({role: "user", content: text}); bubble("user", text);
-  const out = bubble("assistant", ""); chat.dataset.state = "busy"; statusEl.textContent = "...";
-  controller = new AbortController(); let reply = "";
+  const out = bubble("assistant", ""); out.dataset.raw = ""; busy(true); statusEl.textContent = "...";
+  controller = new AbortController(); let reply = "", reason = null;
+  const body = {messages, temperature: num("temperature"), top_k: num("top_k"), max_tokens: num("max_tokens")};
   try {
     const r = await fetch("chat/completions", {method: "POST", headers: {"Content-Type": "application/json"},
-                          body: JSON.stringify({messages}), signal: controller.signal});
+                          body: JSON.stringify(body), signal: controller.signal});
     if (!r.ok) { let e = r.statusText; try { e = (await r.json()).error; } catch (_) {}
                  throw new Error(r.status + ": " + e); }
     const reader = r.body.getReader(), dec = new TextDecoder(); let buf = "";
@@ -276,24 +306,40 @@ async function send() {
         const data = ev.slice(6); if (data === "[DONE]") continue;
         const obj = JSON.parse(data);
         if (obj.error) throw new Error(obj.error);
-        reply += obj.token; out.textContent = reply; chat.scrollTop = chat.scrollHeight;
+        if (obj.finish_reason) { reason = obj.finish_reason; continue; }
+        reply += obj.token; render(out, reply); chat.scrollTop = chat.scrollHeight;
       }
     }
     messages.push({role: "assistant", content: reply}); statusEl.textContent = "";
-  } catch (err) {
-    if (err.name !== "AbortError") {
-      messages.pop(); out.className = "msg error"; out.textContent = String(err.message || err);
+    if (reason === "length" || reason === "context") {
+      const n = document.createElement("div"); n.className = "note";
+      n.textContent = reason === "length" ? "(stopped at max tokens)" : "(stopped: the model's context is full)";
+      out.appendChild(n);
     }
+  } catch (err) {
+    if (err.name === "AbortError") {  // stopped by the user: keep what came, the server frees the row
+      messages.push({role: "assistant", content: reply});
+      const n = document.createElement("div"); n.className = "note"; n.textContent = "(stopped)"; out.appendChild(n);
+    } else { messages.pop(); out.className = "msg error"; out.textContent = String(err.message || err); }
     statusEl.textContent = "";
-  } finally { chat.dataset.state = "idle"; controller = null; }
+  } finally { busy(false); controller = null; input.focus(); }
 }
-function reset() {
-  if (controller) controller.abort();
-  messages = []; chat.innerHTML = ""; statusEl.textContent = ""; input.focus();
+function stop() { if (controller) controller.abort(); }
+function reset() { stop(); messages = []; chat.innerHTML = ""; statusEl.textContent = ""; input.focus(); }
+async function health(first) {
+  try {
+    const h = await (await fetch("health")).json(), c = h.checkpoint || {};
+    $("ckpt").textContent = c.stage ? `${c.stage}/${c.tag} step ${c.step}` : "(an in-memory model)";
+    $("load").textContent = `${h.running} of ${h.max_concurrent} rows, ${h.waiting} waiting`;
+    if (first && h.defaults) for (const k of ["temperature", "top_k", "max_tokens"])
+      if (h.defaults[k] !== undefined && h.defaults[k] !== null) $(k).value = h.defaults[k];
+    if (first) $("max_tokens").max = h.max_tokens_limit;
+  } catch (_) { $("load").textContent = "unreachable"; }
 }
-document.getElementById("send").onclick = send;
-document.getElementById("reset").onclick = reset;
+$("send").onclick = send; stopBtn.onclick = stop; $("reset").onclick = reset;
 input.addEventListener("keydown", e => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } });
+document.addEventListener("keydown", e => { if (e.key === "Escape") stop(); });
+health(true); setInterval(health, 3000);
 </script></body></html>
 """
 
@@ -395,62 +441,89 @@ def request_prompt(tokenizer: Tokenizer, req: dict, max_message_chars: int, max_
         raise RequestRefused(400, str(e)) from None
 
 # %% ../nbs/14_chat.ipynb #390e76d3
-async def _take_slot(slots: asyncio.Semaphore, request: Request, poll: float) -> bool:
-    """Acquire one of `slots` for `request`, or give up as soon as its client has disconnected (checked before, every
-    `poll` seconds while waiting, and right after acquiring). True: the slot is held; False: nothing is held."""
-    if await request.is_disconnected():
-        return False
-    acq, ok = asyncio.ensure_future(slots.acquire()), False
-    try:
-        while not acq.done():
-            await asyncio.wait({acq}, timeout=poll)
-            if not acq.done() and await request.is_disconnected():
-                return False
-        ok = not await request.is_disconnected()
-        return ok
-    finally:
-        if not ok:
-            acq.cancel()  # a cancelled waiter gives a slot it was just handed back
-            if acq.done() and not acq.cancelled():
-                slots.release()
+class EngineLoop:
+    """The server's one engine thread: a `ContinuousBatch` stepped while work is in flight; requests join from any
+    thread, and `deliver(kind, value)` gets ('token', text) per piece, then ('end', finish reason) or ('error', msg)."""
+
+    def __init__(
+        self,
+        engine: Engine,  # the model, tokenizer and tool
+        max_rows: int = 8,  # rows decoded together at most
+        max_waiting: int = 16,  # requests waiting beyond them (one more: `QueueFull`)
+        specials: bool = True,  # show tool calls and outputs by their token names in the text
+    ):
+        self.engine, self.specials, self.max_rows, self.max_waiting = engine, specials, max_rows, max_waiting
+        self.batch = ContinuousBatch(engine, max_rows, max_waiting)
+        self.subs: dict = {}  # request id -> (deliver, Utf8Stream)
+        self.tokens = self.steps = 0  # tokens emitted and steps run, all requests
+        self.lock, self.wake = threading.Lock(), threading.Event()
+        self.thread, self.closed = None, False
+
+    def stats(self) -> dict:
+        "Rows in flight, waiting, admitted, the limits, tokens and steps so far (a dict, for `/health`)."
+        return {**self.batch.stats(), "tokens": self.tokens, "steps": self.steps}
+
+    def submit(self, request: EngineRequest, deliver: Callable[[str, object], None]) -> int:
+        "Queue `request` with its callback (called from the loop's thread); its id. `QueueFull` when the queue is full."
+        with self.lock:
+            rid = self.batch.submit(request)
+            self.subs[rid] = (deliver, Utf8Stream())
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self.run, daemon=True, name="nanolit-engine-loop")
+                self.thread.start()
+        self.wake.set()
+        return rid
+
+    def cancel(self, request_id: int) -> None:
+        "Drop a request (its client left): out of the queue, or its row freed at the next step."
+        self.batch.cancel(request_id)
+        self.wake.set()
+
+    def close(self) -> None:
+        "Stop the loop's thread after its current step."
+        self.closed = True
+        self.wake.set()
+
+# %% ../nbs/14_chat.ipynb #faed6905
+@patch
+def _deliver(self: EngineLoop, e: TokenEvent) -> None:
+    "One event to its request's callback: the text it adds, then the end with its reason."
+    sub = self.subs.get(e.request_id)
+    if sub is None:
+        return
+    deliver, dec = sub
+    self.tokens += e.token is not None
+    if piece := self.engine.event_text(dec, e, self.specials):
+        deliver("token", piece)
+    if e.finish_reason:
+        if tail := dec.flush():
+            deliver("token", tail)
+        deliver("end", e.finish_reason)
+        del self.subs[e.request_id]
 
 
-class GenerationSlots:
-    "At most `max_concurrent` generations at once and `max_queue` waiting, counted in `stats`."
-
-    def __init__(self, max_concurrent: int, max_queue: int, stats: dict, poll: float):
-        self.max_concurrent, self.max_queue, self.stats, self.poll = max_concurrent, max_queue, stats, poll
-        self.loop = self.sem = None
-
-    def semaphore(self) -> asyncio.Semaphore:
-        "The semaphore of the running event loop (a new one for a new loop)."
-        loop = asyncio.get_running_loop()
-        if self.loop is not loop:
-            self.loop, self.sem = loop, asyncio.Semaphore(self.max_concurrent)
-        return self.sem
-
-    async def acquire(self, request: Request) -> asyncio.Semaphore:
-        "Wait for a slot for `request` and return the semaphore it holds; 429 if the queue is full, 499 if it left."
-        s, st = self.semaphore(), self.stats
-        if s.locked() and st["waiting"] >= self.max_queue:
-            raise RequestRefused(
-                429, f"busy: {self.max_concurrent} generations running and {st['waiting']} waiting; retry later"
-            )
-        st["waiting"] += 1
+@patch
+def run(self: EngineLoop) -> None:
+    "The loop: sleep while idle, else one `step` and its events delivered; a failed step fails its requests only."
+    while not self.closed:
+        if self.batch.idle:
+            self.wake.wait(0.1)
+            self.wake.clear()
+            continue
         try:
-            got = await _take_slot(s, request, self.poll)
-        finally:
-            st["waiting"] -= 1
-        if not got:  # the client left while queued: nothing was generated
-            st["aborted_waiting"] += 1
-            _log.info(
-                "client left while waiting for a slot: not generated (aborted while waiting: %d, while streaming: %d)",
-                st["aborted_waiting"],
-                st["aborted_streaming"],
-            )
-            raise RequestRefused(499, "client disconnected")
-        st["running"] += 1
-        return s
+            events = self.batch.step()
+        except Exception as err:  # every request in flight or waiting hears why; the next ones get a fresh batch
+            _log.error("engine step failed: %s: %s", type(err).__name__, err)
+            with self.lock:
+                for deliver, _ in self.subs.values():
+                    deliver("error", f"{type(err).__name__}: {err}")
+                self.subs.clear()
+                self.batch = ContinuousBatch(self.engine, self.max_rows, self.max_waiting)
+            continue
+        self.steps += 1
+        with self.lock:
+            for e in events:
+                self._deliver(e)
 
 # %% ../nbs/14_chat.ipynb #d23dfb6c
 class _StreamThenClose(StreamingResponse):
@@ -468,45 +541,40 @@ class _StreamThenClose(StreamingResponse):
 
 
 class Generation:
-    "One streamed reply: the engine in a thread, its pieces relayed to the event loop, the slot freed once."
+    "One streamed reply: a request on the server's `EngineLoop`, its pieces relayed to this event loop."
 
-    def __init__(self, engine, ids: list[int], opts: dict, slot: asyncio.Semaphore, stats: dict, request, poll: float):
-        self.engine, self.ids, self.opts, self.slot, self.stats = engine, ids, opts, slot, stats
+    def __init__(self, engine_loop: EngineLoop, ids: list[int], opts: dict, stats: dict, request, poll: float):
+        self.engine_loop, self.ids, self.opts, self.stats = engine_loop, ids, opts, stats
         self.request, self.poll = request, poll
-        self.released = self.started = self.finished = False
-        self.loop, self.q, self.stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
+        self.rid, self.streamed, self.finished = None, False, False
+        self.loop, self.q = asyncio.get_running_loop(), asyncio.Queue()
 
-    def release(self):
-        "Free the slot, once: when the engine has stopped (or never started)."
-        if not self.released:
-            self.released = True
-            self.stats["running"] -= 1
-            self.slot.release()
-
-    def later(self, fn, *a):
-        "Call `fn(*a)` on the event loop from the engine's thread (nothing if the loop has closed)."
+    def later(self, kind: str, value) -> None:
+        "The loop's callback: put (kind, value) on this request's queue, on its event loop (nothing if it has closed)."
         try:
-            self.loop.call_soon_threadsafe(fn, *a)
+            self.loop.call_soon_threadsafe(self.q.put_nowait, (kind, value))
         except RuntimeError:
             pass  # loop closed: the server is gone
 
-    def work(self):
-        "The engine's thread: each piece onto the queue, then an end marker, then the slot freed."
+    def submit(self) -> None:
+        "Join the engine loop's queue; `RequestRefused(429)` when it is full."
+        o = self.opts
+        seed = random.randrange(2**31) if o.get("seed") is None else o["seed"]
+        req = EngineRequest(self.ids, o["max_tokens"], o["temperature"], o["top_k"], None, seed)
         try:
-            for piece in stream_reply(self.engine, self.ids, self.stop, **self.opts):
-                self.later(self.q.put_nowait, ("token", piece))
-        except Exception as e:
-            self.later(self.q.put_nowait, ("error", f"{type(e).__name__}: {e}"))
-        finally:
-            self.later(self.q.put_nowait, ("end", None))
-            self.later(self.release)
+            self.rid = self.engine_loop.submit(req, self.later)
+        except QueueFull:
+            s = self.engine_loop.stats()
+            raise RequestRefused(
+                429,
+                f"busy: {s['rows']} rows in flight (max {s['max_rows']}) and {s['waiting']} waiting "
+                f"(max {s['max_waiting']}); retry later",
+            ) from None
 
 # %% ../nbs/14_chat.ipynb #bdf5011f
 @patch
 async def events(self: Generation):
     "The reply's server-sent events, ending early if the client has gone."
-    self.started = True
-    threading.Thread(target=self.work, daemon=True).start()
     getter = None
     try:
         while True:  # next piece, polling for a client that has gone meanwhile
@@ -519,9 +587,15 @@ async def events(self: Generation):
             (kind, v), getter = getter.result(), None
             if kind == "end":
                 self.finished = True
+                yield _sse({"finish_reason": v})
                 yield _sse("[DONE]")
                 return
+            self.streamed = True
             yield _sse({kind: v})
+            if kind == "error":
+                self.finished = True
+                yield _sse("[DONE]")
+                return
     finally:
         if getter is not None:
             getter.cancel()
@@ -529,16 +603,17 @@ async def events(self: Generation):
 
 @patch
 def closed(self: Generation):
-    "The response is over: stop the engine, free a slot never used, count how it ended."
-    self.stop.set()
-    if not self.started:
-        self.release()
+    "The response is over: cancel the request on the loop if it had not finished, count how it ended."
     if self.finished:
         self.stats["completed"] += 1
         return
-    self.stats["aborted_streaming"] += 1
+    if self.rid is not None:
+        self.engine_loop.cancel(self.rid)
+    where = "streaming" if self.streamed else "waiting"
+    self.stats[f"aborted_{where}"] += 1
     _log.info(
-        "client left while streaming: generation stopped (aborted while waiting: %d, while streaming: %d)",
+        "client left while %s: generation stopped (aborted while waiting: %d, while streaming: %d)",
+        "streaming" if self.streamed else "waiting for a row",
         self.stats["aborted_waiting"],
         self.stats["aborted_streaming"],
     )
@@ -557,22 +632,22 @@ def create_app(
     engine: Engine | None = None,  # default `Engine(model, tokenizer)`
     max_message_chars: int = 4000,  # longest message (characters)
     max_turns: int = 32,  # most messages in a conversation
-    max_concurrent: int = 2,  # generations running at once
-    max_queue: int = 16,  # requests waiting for a slot (beyond that: 429)
+    max_concurrent: int = 8,  # rows decoded together (replies in flight at once)
+    max_queue: int = 16,  # requests waiting for a row (beyond that: 429)
     max_tokens_limit: int = 1024,  # the largest max_tokens a request may ask for
     max_body_bytes: int = 1_000_000,  # the largest request body
     defaults: dict | None = None,  # sampling options when a request leaves them out
     disconnect_poll: float = 0.1,  # seconds between checks for a client that has gone
+    checkpoint: dict | None = None,  # what is served ({stage, tag, step}), shown on the page and in /health
 ) -> FastAPI:
-    "The chat web app: `GET /` the page, `GET /health` the counters, `POST /chat/completions` a streamed reply."
+    "The chat web app: `GET /` the page, `GET /health` load and counters, `POST /chat/completions` a streamed reply."
     engine = engine or Engine(model, tokenizer)
     ctx = model.config.sequence_len
     defaults = {**dict(temperature=0.6, top_k=50, max_tokens=min(512, max_tokens_limit)), **(defaults or {})}
     app = FastAPI(title="nanolit chat")
-    st = app.state.stats = dict(
-        running=0, waiting=0, completed=0, aborted_reading=0, aborted_waiting=0, aborted_streaming=0
-    )
-    slots = GenerationSlots(max_concurrent, max_queue, st, disconnect_poll)
+    st = app.state.stats = dict(completed=0, aborted_reading=0, aborted_waiting=0, aborted_streaming=0)
+    loop = app.state.engine_loop = EngineLoop(engine, max_concurrent, max_queue)
+    served = dict(checkpoint or {})
 
     @app.get("/", response_class=HTMLResponse)
     async def index():
@@ -580,8 +655,19 @@ def create_app(
 
     @app.get("/health")
     async def health():
-        limits = dict(max_concurrent=max_concurrent, sequence_len=ctx, vocab_size=model.config.vocab_size)
-        return {"status": "ok", **st, **limits}
+        s = loop.stats()
+        limits = dict(max_concurrent=max_concurrent, max_queue=max_queue, sequence_len=ctx)
+        load = dict(running=s["rows"], waiting=s["waiting"], admitted=s["admitted"], tokens=s["tokens"])
+        return {
+            "status": "ok",
+            **st,
+            **load,
+            **limits,
+            "vocab_size": model.config.vocab_size,
+            "checkpoint": served,
+            "defaults": defaults,
+            "max_tokens_limit": max_tokens_limit,
+        }
 
     @app.post("/chat/completions")
     async def completions(request: Request):
@@ -589,10 +675,13 @@ def create_app(
             req = parse_json(await read_body(request, max_body_bytes, st))
             opts = sampling_options(req, defaults, max_tokens_limit)
             ids = request_prompt(tokenizer, req, max_message_chars, max_turns, ctx)
-            slot = await slots.acquire(request)
+            if await request.is_disconnected():
+                raise RequestRefused(499, "client disconnected")
+            gen = Generation(loop, ids, opts, st, request, disconnect_poll)
+            gen.submit()
         except RequestRefused as e:
             return _err(e.status, str(e))
-        return Generation(engine, ids, opts, slot, st, request, disconnect_poll).response()
+        return gen.response()
 
     return app
 
@@ -777,7 +866,9 @@ def main(
         print(f"error: {e} (checkpoints are read from $NANOLIT_BASE_DIR = {get_base_dir()})", file=sys.stderr)
         raise SystemExit(2) from None
     if web:
-        return serve(model, tok, host, port, defaults=dict(temperature=temperature, top_k=top_k, max_tokens=max_tokens))
+        served = dict(stage=stage, tag=meta.get("config", {}).get("tag", tag), step=meta.get("step"))
+        defaults = dict(temperature=temperature, top_k=top_k, max_tokens=max_tokens)
+        return serve(model, tok, host, port, defaults=defaults, checkpoint=served)
     session = ChatSession(
         model, tok, system=system, temperature=temperature, top_k=top_k or None, max_tokens=max_tokens
     )

@@ -717,7 +717,8 @@ class ContinuousBatch:
         self,
         engine: "Engine",  # the model, tokenizer, stop tokens and tool
         max_rows: int = 8,  # rows decoded together at most
-        max_waiting: int | None = None,  # requests queued beyond the rows (None: no bound); `submit` refuses past it
+        max_waiting: int
+        | None = None,  # requests queued beyond the free rows (None: no bound); `submit` refuses past it
     ):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -764,8 +765,12 @@ class ContinuousBatch:
             raise ValueError(f"max_tokens must be >= 0 or None, got {request.max_tokens}")
         _check_sampling(request.temperature, request.top_k, request.top_p)
         with self._lock:
-            if self.max_waiting is not None and len(self.waiting) >= self.max_waiting:
-                raise QueueFull(f"{len(self.waiting)} requests already waiting (max_waiting {self.max_waiting})")
+            free = self.max_rows - len(self.rows)
+            if self.max_waiting is not None and len(self.waiting) >= self.max_waiting + free:
+                raise QueueFull(
+                    f"{len(self.waiting)} requests waiting, {free} rows free (max_rows {self.max_rows}, "
+                    f"max_waiting {self.max_waiting})"
+                )
             rid, self._next_id = self._next_id, self._next_id + 1
             self.waiting.append((rid, request))
         return rid

@@ -493,7 +493,14 @@ def _deliver(self: EngineLoop, e: TokenEvent) -> None:
         return
     deliver, dec = sub
     self.tokens += e.token is not None
-    if piece := self.engine.event_text(dec, e, self.specials):
+    try:
+        piece = self.engine.event_text(dec, e, self.specials)
+    except Exception as err:  # e.g. an id the tokenizer can't decode: this request ends with the error, not the loop
+        deliver("error", f"{type(err).__name__}: {err}")
+        del self.subs[e.request_id]
+        self.batch.cancel(e.request_id)
+        return
+    if piece:
         deliver("token", piece)
     if e.finish_reason:
         if tail := dec.flush():
@@ -523,7 +530,12 @@ def run(self: EngineLoop) -> None:
         self.steps += 1
         with self.lock:
             for e in events:
-                self._deliver(e)
+                try:
+                    self._deliver(e)
+                except Exception as err:  # a callback that fails (its event loop gone) loses only its own request
+                    _log.error("delivering to request %d failed: %s: %s", e.request_id, type(err).__name__, err)
+                    self.subs.pop(e.request_id, None)
+                    self.batch.cancel(e.request_id)
 
 # %% ../nbs/14_chat.ipynb #d23dfb6c
 class _StreamThenClose(StreamingResponse):

@@ -543,6 +543,7 @@ class RaggedKVCache:
         self.pos = torch.zeros(0, dtype=torch.long, device=device)  # (n,) lens as a tensor: the model's positions
         self.last_ids = None  # (n, 1) each row's last token (a smear model reads it)
         self._masks: dict = {}  # this forward's mask per window, made by the first layer that needs it
+        self._index = None  # this forward's (rows, positions) for the scattered write
 
     @classmethod
     def for_model(
@@ -614,7 +615,9 @@ class RaggedKVCache:
         self.last_ids = self.last_ids[:last] if last else None
 
     # Row r writes its T new keys at lens[r]..lens[r]+T-1. The layer attends over slots start..end-1, end one past the
-    # longest row, start the earliest slot any row's window reaches; `attn_mask` hides the rest per row.
+    # longest row, start the earliest slot any row's window reaches; `attn_mask` hides the rest per row. When every row
+    # has the same length (one request, or samples of one prompt) there is nothing to hide: a plain slice write, no
+    # mask, the same work as `WindowedKVCache`.
     def update(
         self,
         layer: int,  # the layer index
@@ -630,25 +633,33 @@ class RaggedKVCache:
             raise ValueError(f"KV cache full: writing up to position {end} > max_len {self.max_len}")
         if end > self.capacity:
             self.grow(min(self.max_len, max(end, 2 * self.capacity)))
-        rows = torch.arange(n, device=k.device)[:, None]
-        p = self.pos[:, None] + torch.arange(T, device=k.device)  # (n, T) absolute positions
-        self.kv[layer, 0][rows, :, p], self.kv[layer, 1][rows, :, p] = k, v  # (n, T, H, D) into (R, H, cap, D)
-        w = self.windows[layer]
-        start = 0 if w is None else max(0, min(self.lens) - w + 1)
-        if w not in self._masks:
-            self._masks[w] = ragged_attention_mask(self.pos, T, start, end, w)
+        w, lo = self.windows[layer], min(self.lens)
+        start = 0 if w is None else max(0, lo - w + 1)
+        if lo + T == end:  # all rows at one length
+            self.kv[layer, 0, :n, :, lo:end], self.kv[layer, 1, :n, :, lo:end] = k.transpose(1, 2), v.transpose(1, 2)
+            self._masks[w] = None
+        else:
+            if self._index is None:  # once per forward: (n, 1) rows and (n, T) absolute positions
+                self._index = (
+                    torch.arange(n, device=k.device)[:, None],
+                    self.pos[:, None] + torch.arange(T, device=k.device),
+                )
+            rows, p = self._index
+            self.kv[layer, 0][rows, :, p], self.kv[layer, 1][rows, :, p] = k, v  # (n, T, H, D) into (R, H, cap, D)
+            if w not in self._masks:
+                self._masks[w] = ragged_attention_mask(self.pos, T, start, end, w)
         kl, vl = self.kv[layer, 0, :n, :, start:end], self.kv[layer, 1, :n, :, start:end]
         return kl.transpose(1, 2), vl.transpose(1, 2)
 
-    def attn_mask(self, layer: int) -> Tensor:
-        "The bool (n, 1, T, Tk) mask of `layer`'s last `update`: each row's own causal window over the slots returned."
+    def attn_mask(self, layer: int) -> Tensor | None:
+        "The bool (n, 1, T, Tk) mask of `layer`'s last `update` (each row's own causal window), or None: rows aligned."
         return self._masks[self.windows[layer]]
 
     def advance(self, T: int) -> None:
         "Mark T more positions filled in every row; the model calls it once per forward, after its last layer."
         self.lens = [p + T for p in self.lens]
         self.pos = self.pos + T
-        self._masks = {}
+        self._masks, self._index = {}, None
 
 # %% ../nbs/08_engine.ipynb #73ae7a67
 def sample_rows(

@@ -331,3 +331,33 @@ def test_client_gone_while_sending_its_body(tiny):
     finally:
         for lg, lv in zip(loggers, levels): lg.removeHandler(handler); lg.setLevel(lv)
         server.should_exit = True; server.thread.join(5)
+
+
+def test_a_failing_request_does_not_stop_the_loop(tiny):
+    """A model whose vocabulary is larger than its tokenizer's samples ids the tokenizer can't decode: that request
+    ends with one {"error": ...} line and [DONE], the engine loop keeps running, and the next request is served."""
+    import httpx
+    from nanolit.chat import create_app, parse_sse, start_server
+    from nanolit.engine import Engine
+    from nanolit.model import GPTConfig, build_model
+    model, tok = tiny
+    torch.manual_seed(1)
+    wide = build_model(GPTConfig(sequence_len=64, vocab_size=tok.vocab_size + 200, n_layer=1, n_head=2, n_kv_head=2,
+                                 n_embd=16), "cpu").eval()
+    with torch.no_grad():
+        wide.lm_head.weight[tok.vocab_size:] += 5.0        # the undecodable ids are the likely ones
+    server, url = start_server(create_app(wide, tok, engine=Engine(wide, tok, stop_tokens=set())))
+    try:
+        body = dict(messages=[dict(role="user", content="Hail")], max_tokens=8, temperature=1.0)
+        r = httpx.post(url + "/chat/completions", json=body, timeout=30)
+        _, errors = parse_sse(r.text)
+        assert r.status_code == 200 and len(errors) == 1 and "KeyError" in errors[0], r.text[-300:]
+        assert r.text.endswith("data: [DONE]\n\n")
+        _wait_for(lambda: _health(url)["running"] == 0, "the failed request's row to be freed")
+        assert _health(url)["waiting"] == 0
+        loop = server.config.app.state.engine_loop
+        assert loop.thread.is_alive()
+        r2 = httpx.post(url + "/chat/completions", json=body, timeout=30)   # served again (and fails the same way)
+        assert r2.status_code == 200 and len(parse_sse(r2.text)[1]) == 1
+    finally:
+        server.should_exit = True; server.thread.join(5)

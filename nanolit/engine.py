@@ -1,4 +1,5 @@
-"""A growing, windowed KV cache, prefill then batched decode, sampling, a sandboxed calculator, UTF-8-safe streaming.
+"""A growing, windowed KV cache, prefill then batched decode, continuous batching of many prompts, sampling, a sandboxed
+calculator, UTF-8-safe streaming.
 
 Docs: https://nanolit.github.io/nanolit/engine.html.md"""
 

@@ -1,5 +1,4 @@
-"""A growing, windowed KV cache, prefill then batched decode, continuous batching of many prompts, sampling, a sandboxed
-calculator, UTF-8-safe streaming.
+"""A growing KV cache, prefill then batched decode, continuous batching, sampling, a calculator tool, UTF-8-safe streaming.
 
 Docs: https://nanolit.github.io/nanolit/engine.html.md"""
 

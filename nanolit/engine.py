@@ -540,7 +540,7 @@ class RaggedKVCache:
         self.max_len, self.lens = max_len, []  # lens[r]: positions row r has filled
         # zeros, not empty: a short row's padding is read (then masked), and must be finite (03)
         self.kv = torch.zeros(n_layer, 2, max_rows, n_kv_head, capacity, head_dim, device=device, dtype=dtype)
-        self.pos = torch.zeros(0, dtype=torch.long, device=device)  # (n,) lens as a tensor: the model's positions
+        self._pos = torch.zeros(0, dtype=torch.long, device=device)  # (n,) lens as a tensor
         self.last_ids = None  # (n, 1) each row's last token (a smear model reads it)
         self._masks: dict = {}  # this forward's mask per window, made by the first layer that needs it
         self._index = None  # this forward's (rows, positions) for the scattered write
@@ -558,6 +558,12 @@ class RaggedKVCache:
         dtype = detect_compute_dtype(device.type)
         L = c.sequence_len
         return cls(c.n_layer, max_rows, c.n_kv_head, c.head_dim, capacity or L, L, model.windows, device, dtype)
+
+    @property
+    def pos(self) -> int | Tensor:
+        """Positions filled per row, as the model reads them: an int when all rows agree (one request, or samples of one
+        prompt: the model then slices its rotary tables as for `WindowedKVCache`), else an (n,) int64 tensor."""
+        return self.lens[0] if self.lens and min(self.lens) == max(self.lens) else self._pos
 
     @property
     def n(self) -> int:
@@ -595,7 +601,7 @@ class RaggedKVCache:
         self.grow(min(self.max_len, max(P, self.capacity)))
         self.kv[:, :, r, :, :P] = cache.kv[:, :, row, :P].transpose(2, 3)  # (L, 2, P, H, D) -> (L, 2, H, P, D)
         self.lens.append(P)
-        self.pos = torch.tensor(self.lens, device=self.kv.device)
+        self._pos = torch.tensor(self.lens, device=self.kv.device)
         last = cache.last_ids[row : row + 1]
         self.last_ids = last if self.last_ids is None else torch.cat([self.last_ids, last])
         return r
@@ -611,7 +617,7 @@ class RaggedKVCache:
             self.lens[r] = p
             self.last_ids[r] = self.last_ids[last]
         self.lens.pop()
-        self.pos = torch.tensor(self.lens, dtype=torch.long, device=self.kv.device)
+        self._pos = torch.tensor(self.lens, dtype=torch.long, device=self.kv.device)
         self.last_ids = self.last_ids[:last] if last else None
 
     # Row r writes its T new keys at lens[r]..lens[r]+T-1. The layer attends over slots start..end-1, end one past the
@@ -642,12 +648,12 @@ class RaggedKVCache:
             if self._index is None:  # once per forward: (n, 1) rows and (n, T) absolute positions
                 self._index = (
                     torch.arange(n, device=k.device)[:, None],
-                    self.pos[:, None] + torch.arange(T, device=k.device),
+                    self._pos[:, None] + torch.arange(T, device=k.device),
                 )
             rows, p = self._index
             self.kv[layer, 0][rows, :, p], self.kv[layer, 1][rows, :, p] = k, v  # (n, T, H, D) into (R, H, cap, D)
             if w not in self._masks:
-                self._masks[w] = ragged_attention_mask(self.pos, T, start, end, w)
+                self._masks[w] = ragged_attention_mask(self._pos, T, start, end, w)
         kl, vl = self.kv[layer, 0, :n, :, start:end], self.kv[layer, 1, :n, :, start:end]
         return kl.transpose(1, 2), vl.transpose(1, 2)
 
@@ -658,7 +664,7 @@ class RaggedKVCache:
     def advance(self, T: int) -> None:
         "Mark T more positions filled in every row; the model calls it once per forward, after its last layer."
         self.lens = [p + T for p in self.lens]
-        self.pos = self.pos + T
+        self._pos = self._pos + T
         self._masks, self._index = {}, None
 
 # %% ../nbs/08_engine.ipynb #73ae7a67

@@ -69,7 +69,7 @@ def prompt_tokens(
         c = m.get("content")
         if not isinstance(c, str):
             raise ValueError(f"message {i} content must be a string")
-        if not c.strip():
+        if not c.strip() and m["role"] != "assistant":  # a reply stopped before its first token may be empty
             raise ValueError(f"message {i} is empty")
         if len(c) > max_message_chars:
             raise ChatLimitError(f"message {i} has {len(c)} characters; the limit is {max_message_chars}")
@@ -96,10 +96,12 @@ def stream_reply(
     top_k: int | None = 50,  # sample among the k most likely tokens
     max_tokens: int = 512,  # longest reply
     seed: int | None = None,  # None: a fresh random seed per reply
+    top_p: float | None = None,  # nucleus mass (None: off)
 ) -> Iterator[str]:
     """Yield the assistant reply to `tokens` as text pieces (whole UTF-8 characters)."""
     seed = random.randrange(2**31) if seed is None else seed
-    pieces = engine.stream_text(tokens, max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    kw = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    pieces = engine.stream_text(tokens, **kw, **({} if top_p is None else dict(top_p=top_p)))
     try:
         for piece in pieces:
             if stop is not None and stop.is_set():
@@ -318,7 +320,7 @@ async function send() {
     }
   } catch (err) {
     if (err.name === "AbortError") {  // stopped by the user: keep what came, the server frees the row
-      messages.push({role: "assistant", content: reply});
+      messages.push({role: "assistant", content: reply});  // possibly empty: the server accepts that
       const n = document.createElement("div"); n.className = "note"; n.textContent = "(stopped)"; out.appendChild(n);
     } else { messages.pop(); out.className = "msg error"; out.textContent = String(err.message || err); }
     statusEl.textContent = "";
@@ -410,15 +412,16 @@ def sampling_options(
 ) -> dict:
     "`defaults` updated by the request's temperature, top_k, max_tokens and seed; 422 for a bad type or value."
     opts = dict(defaults)
-    for k in ("temperature", "top_k", "max_tokens", "seed"):
+    for k in ("temperature", "top_k", "top_p", "max_tokens", "seed"):
         v = req.get(k)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (k != "temperature" and not isinstance(v, int)):
-            raise RequestRefused(
-                422, f"{k} must be {'a number' if k == 'temperature' else 'an integer'}, got {_short(v)}"
-            )
+        real = k in ("temperature", "top_p")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (not real and not isinstance(v, int)):
+            raise RequestRefused(422, f"{k} must be {'a number' if real else 'an integer'}, got {_short(v)}")
         opts[k] = v
+    if opts.get("top_p") is not None and not 0 < opts["top_p"] <= 1:
+        raise RequestRefused(422, f"top_p must be in (0, 1], got {_short(opts['top_p'])}")
     if not 0 <= opts["temperature"] <= 2:
         raise RequestRefused(422, f"temperature must be in [0, 2], got {_short(opts['temperature'])}")
     if opts["top_k"] is not None and opts["top_k"] < 0:
@@ -525,7 +528,7 @@ def run(self: EngineLoop) -> None:
                 for deliver, _ in self.subs.values():
                     deliver("error", f"{type(err).__name__}: {err}")
                 self.subs.clear()
-                self.batch = ContinuousBatch(self.engine, self.max_rows, self.max_waiting)
+                self.batch = ContinuousBatch(self.engine, self.max_rows, self.max_waiting, self.batch._next_id)
             continue
         self.steps += 1
         with self.lock:
@@ -572,15 +575,15 @@ class Generation:
         "Join the engine loop's queue; `RequestRefused(429)` when it is full."
         o = self.opts
         seed = random.randrange(2**31) if o.get("seed") is None else o["seed"]
-        req = EngineRequest(self.ids, o["max_tokens"], o["temperature"], o["top_k"], None, seed)
+        req = EngineRequest(self.ids, o["max_tokens"], o["temperature"], o["top_k"], o.get("top_p"), seed)
         try:
             self.rid = self.engine_loop.submit(req, self.later)
         except QueueFull:
             s = self.engine_loop.stats()
             raise RequestRefused(
                 429,
-                f"busy: {s['rows']} rows in flight (max {s['max_rows']}) and {s['waiting']} waiting "
-                f"(max {s['max_waiting']}); retry later",
+                f"busy: {s['rows']} of {s['max_rows']} rows in flight and {s['waiting']} requests waiting "
+                f"(at most {s['max_waiting']} beyond the free rows); retry later",
             ) from None
 
 # %% ../nbs/14_chat.ipynb #bdf5011f

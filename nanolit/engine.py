@@ -26,10 +26,10 @@ from .attention import ragged_attention_mask
 from .core import detect_compute_dtype
 
 # %% auto #0
-__all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'FINISH_REASONS',
-           'WindowedKVCache', 'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError', 'calculate',
-           'calculator', 'Utf8Stream', 'RowState', 'Engine', 'RaggedKVCache', 'sample_rows', 'Request', 'TokenEvent',
-           'ContinuousBatch', 'QueueFull', 'Completion']
+__all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'GREEDY_BELOW',
+           'FINISH_REASONS', 'WindowedKVCache', 'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError',
+           'calculate', 'calculator', 'Utf8Stream', 'RowState', 'Engine', 'RaggedKVCache', 'sample_rows', 'Request',
+           'TokenEvent', 'ContinuousBatch', 'check_request', 'QueueFull', 'Completion']
 
 # %% ../nbs/08_engine.ipynb #05f9b2f5
 # One buffer (n_layer, 2, B, capacity, H_kv, D): layer l's keys are `kv[l, 0]`, the layout `nanolit.attention` takes;
@@ -195,6 +195,7 @@ def _sampling_logits(
     if top_p is not None and top_p < 1:
         probs, order = torch.softmax(z.masked_fill(drop, float("-inf")), dim=-1).sort(dim=-1, descending=True)
         out = probs.cumsum(dim=-1) - probs >= top_p  # mass strictly before token i already reaches p
+        out[..., 0] = False  # the most likely token is always in it (a top_p under float32's range included)
         drop = drop | out.scatter(-1, order, out)  # back to vocabulary order
     if keep is not None:
         kept = torch.zeros_like(drop).scatter_(-1, keep.clamp(min=0).unsqueeze(-1), (keep >= 0).unsqueeze(-1))
@@ -402,6 +403,8 @@ class Engine:
         stop_tokens: set[int] | None = None,  # ids that end a row (default `<|assistant_end|>`, `<|bos|>`)
         decode_room: int = 256,  # positions allocated past the prompt before the cache first grows
     ):
+        if isinstance(decode_room, bool) or not isinstance(decode_room, int) or decode_room < 1:
+            raise ValueError(f"decode_room must be an int >= 1, got {decode_room!r}")
         self.model, self.tokenizer, self.decode_room = model, tokenizer, decode_room
         sp = tokenizer.encode_special
         self.stop_tokens = {sp("<|assistant_end|>"), sp("<|bos|>")} if stop_tokens is None else set(stop_tokens)
@@ -668,25 +671,45 @@ class RaggedKVCache:
         self._masks, self._index = {}, None
 
 # %% ../nbs/08_engine.ipynb #73ae7a67
+GREEDY_BELOW = 1e-6  # `sample_rows` samples a temperature below this greedily (logits / t would overflow float32)
+
+
 def sample_rows(
     logits: Tensor,  # fp32 (n, V), one row per request
     settings: list[tuple[float, int | None, float | None]],  # per row (temperature, top_k, top_p), as `sample_next`
     generators: list[torch.Generator],  # per row: draws that row's one uniform (greedy rows draw nothing)
 ) -> Tensor:
     """One token id per row -> int64 (n,), each row sampled with its own settings by inverse CDF from its generator."""
-    out = logits.argmax(dim=-1)
     groups: dict = {}
     for r, s in enumerate(settings):
-        if s[0] > 0:
-            groups.setdefault(s, []).append(r)
-    for (temperature, top_k, top_p), rows in groups.items():
-        idx = torch.tensor(rows, device=logits.device)
-        probs = torch.softmax(_sampling_logits(logits[idx], temperature, top_k, top_p), dim=-1)
+        groups.setdefault(s if s[0] > 0 else 0, []).append(r)  # 0: the greedy rows
+    out = logits.argmax(dim=-1) if 0 in groups else torch.empty(logits.size(0), dtype=torch.long, device=logits.device)
+    for key, rows in groups.items():
+        if key == 0:
+            continue
+        temperature, top_k, top_p = key
+        if temperature < GREEDY_BELOW:  # 1/temperature would overflow: the distribution is the argmax
+            tok = logits[torch.tensor(rows, device=logits.device)].argmax(dim=-1)
+            out = tok if len(rows) == logits.size(0) else out.index_put_((torch.tensor(rows, device=out.device),), tok)
+            continue
+        whole = len(rows) == logits.size(0)  # one setting for the batch (a server's usual case): no gather
+        z = logits if whole else logits[torch.tensor(rows, device=logits.device)]
+        if not top_k and (top_p is None or top_p >= 1):  # temperature only: the shift and scale of _sampling_logits
+            z = z.float() if z.dtype in (torch.float16, torch.bfloat16) else z
+            z = z - z.amax(dim=-1, keepdim=True)
+            probs = torch.softmax(z / temperature, dim=-1)  # logits are finite (softcapped): no inf - inf here
+        else:
+            probs = torch.softmax(_sampling_logits(z, temperature, top_k, top_p), dim=-1)
         cdf = probs.cumsum(dim=-1)
+        if not bool(torch.isfinite(cdf[:, -1]).all()):
+            raise ValueError("the model's logits are not finite (NaN or inf): nothing to sample from")
         u = torch.cat([torch.rand(1, generator=generators[r], device=generators[r].device) for r in rows])
         u = u.to(cdf.device, cdf.dtype) * cdf[:, -1]
-        tok = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1)  # the first id with cdf > u
-        out[idx] = tok.clamp(max=logits.size(-1) - 1)
+        tok = torch.searchsorted(cdf, u[:, None], right=True).squeeze(-1).clamp(max=logits.size(-1) - 1)
+        if whole:  # the first id with cdf > u
+            out = tok
+        else:
+            out[torch.tensor(rows, device=logits.device)] = tok
     return out
 
 # %% ../nbs/08_engine.ipynb #448e1b22
@@ -734,8 +757,8 @@ class ContinuousBatch:
         self,
         engine: "Engine",  # the model, tokenizer, stop tokens and tool
         max_rows: int = 8,  # rows decoded together at most
-        max_waiting: int
-        | None = None,  # requests queued beyond the free rows (None: no bound); `submit` refuses past it
+        max_waiting: int | None = None,  # requests queued beyond the free rows (None: no bound)
+        first_id: int = 0,  # ids start here (a batch replacing a failed one continues its numbering)
     ):
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
@@ -746,7 +769,7 @@ class ContinuousBatch:
         self.rows: list[_Row] = []
         self.logits = None  # (n, V) the next-token logits of each row in flight
         self.waiting: deque = deque()  # (id, Request)
-        self._next_id, self._cancelled, self._lock = 0, set(), threading.Lock()
+        self._next_id, self._cancelled, self._lock = first_id, set(), threading.Lock()
         self.admitted = 0  # requests prefilled so far (a cancelled waiting one never is)
 
     @property
@@ -768,6 +791,8 @@ class ContinuousBatch:
         "Queue a request; returns its id. ValueError on a bad request, `QueueFull` when the waiting queue is full."
         V, L = self.V, self.L
         t = request.tokens
+        if hasattr(t, "tolist") and not isinstance(t, str):  # a numpy array or a tensor of ids
+            t = request.tokens = t.tolist()
         if isinstance(t, str):
             raise TypeError(
                 "the prompt must be token ids, not text: pass tokenizer.encode(text, prepend=tokenizer.bos_token_id)"
@@ -778,9 +803,7 @@ class ContinuousBatch:
             raise ValueError(f"prompt token ids must be ints in [0, {V})")
         if len(t) > L:
             raise ValueError(f"prompt of {len(t)} tokens exceeds sequence_len {L}")
-        if request.max_tokens is not None and request.max_tokens < 0:
-            raise ValueError(f"max_tokens must be >= 0 or None, got {request.max_tokens}")
-        _check_sampling(request.temperature, request.top_k, request.top_p)
+        check_request(request)
         with self._lock:
             free = self.max_rows - len(self.rows)
             if self.max_waiting is not None and len(self.waiting) >= self.max_waiting + free:
@@ -794,8 +817,30 @@ class ContinuousBatch:
 
     def cancel(self, request_id: int) -> None:
         "End a request at the next `step` (safe from another thread); its row is freed there, reason 'cancelled'."
-        with self._lock:
-            self._cancelled.add(request_id)
+        with self._lock:  # an id that is neither waiting nor in flight (unknown, finished) is ignored
+            if any(i == request_id for i, _ in self.waiting) or any(w.rid == request_id for w in self.rows):
+                self._cancelled.add(request_id)
+
+
+def check_request(request: Request) -> None:
+    "Refuse a request's bad settings with one clear ValueError each (types as well as ranges); nothing is queued."
+    r, num = request, (int, float, np.integer, np.floating)
+    if r.max_tokens is not None and (isinstance(r.max_tokens, bool) or not isinstance(r.max_tokens, (int, np.integer))):
+        raise ValueError(f"max_tokens must be an int >= 0 or None, got {r.max_tokens!r}")
+    if r.max_tokens is not None and r.max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0 or None, got {r.max_tokens}")
+    if isinstance(r.temperature, bool) or not isinstance(r.temperature, num):
+        raise ValueError(f"temperature must be a number >= 0, got {r.temperature!r}")
+    if r.top_p is not None and (isinstance(r.top_p, bool) or not isinstance(r.top_p, num)):
+        raise ValueError(f"top_p must be a number in (0, 1] or None, got {r.top_p!r}")
+    _check_sampling(float(r.temperature), r.top_k, None if r.top_p is None else float(r.top_p))
+    if isinstance(r.seed, bool) or not isinstance(r.seed, (int, np.integer)) or not -(2**63) <= r.seed < 2**63:
+        raise ValueError(f"seed must be an int in [-2**63, 2**63), got {r.seed!r}")
+    if r.stop_tokens is not None:
+        if isinstance(r.stop_tokens, (str, bytes)) or not hasattr(r.stop_tokens, "__iter__"):
+            raise ValueError(f"stop_tokens must be a set of token ids or None, got {r.stop_tokens!r}")
+        if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in r.stop_tokens):
+            raise ValueError(f"stop_tokens must be token ids (ints), got {r.stop_tokens!r}")
 
 
 class QueueFull(RuntimeError):
@@ -823,14 +868,14 @@ def _admit(self: ContinuousBatch, rid: int, req: Request, events: list) -> None:
         reason = "length" if req.max_tokens is not None and req.max_tokens <= self.L - P else "context"
         events.append(TokenEvent(rid, None, False, reason))
         return
+    gen = torch.Generator(device=self.device).manual_seed(int(req.seed) % 2**64)  # before the cache changes
+    stops = self.engine.stop_tokens if req.stop_tokens is None else set(map(int, req.stop_tokens))
     pre = WindowedKVCache.for_model(self.engine.model, 1, capacity=P)
     ids = torch.tensor([list(map(int, req.tokens))], device=self.device)
     logits = self.engine.model(ids, kv_cache=pre)[:, -1]
     pre.last_ids = ids[:, -1:]  # as the model leaves it (a stand-in model may not)
     self.cache.add(pre)
     self.logits = logits if self.logits is None else torch.cat([self.logits, logits])
-    gen = torch.Generator(device=self.device).manual_seed(req.seed)
-    stops = self.engine.stop_tokens if req.stop_tokens is None else set(req.stop_tokens)
     self.rows.append(_Row(rid, req, RowState(), gen, budget, stops))
     self.admitted += 1
 

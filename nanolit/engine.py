@@ -24,6 +24,7 @@ from torch import Tensor
 
 from .attention import ragged_attention_mask
 from .core import detect_compute_dtype
+from .model import PACKED_MIN_ROWS, packed_cpu_weights
 
 # %% auto #0
 __all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'GREEDY_BELOW',
@@ -927,7 +928,11 @@ def step(self: ContinuousBatch) -> list[TokenEvent]:
         self._drop(r)
     if self.rows:
         ids = torch.tensor(feed, device=self.device)[:, None]
-        self.logits = self.engine.model(ids, kv_cache=self.cache)[:, -1]
+        if len(self.rows) >= PACKED_MIN_ROWS:  # a CPU's decode batch: oneDNN-packed weights (04)
+            with packed_cpu_weights(self.engine.model, self.max_rows):
+                self.logits = self.engine.model(ids, kv_cache=self.cache)[:, -1]
+        else:
+            self.logits = self.engine.model(ids, kv_cache=self.cache)[:, -1]
     return events
 
 # %% ../nbs/08_engine.ipynb #c1bb1c9f

@@ -7,6 +7,8 @@ Docs: https://nanolit.github.io/nanolit/model.html.md"""
 # %% ../nbs/04_model.ipynb #c94523ae
 from __future__ import annotations
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -21,10 +23,10 @@ from .core import detect_compute_dtype
 from .attention import attention, attention_masked
 
 # %% auto #0
-__all__ = ['VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES', 'LOSS_CHUNK_BYTES_CPU', 'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig',
-           'norm', 'Linear', 'rotary_tables', 'apply_rotary', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache',
-           'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model',
-           'generate']
+__all__ = ['PACKED_MIN_ROWS', 'PACKED_MIN_WEIGHTS', 'VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES', 'LOSS_CHUNK_BYTES_CPU',
+           'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear', 'packed_cpu_weights', 'rotary_tables',
+           'apply_rotary', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache', 'loss_chunk_rows', 'ChunkedLMLoss',
+           'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model', 'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 @dataclass
@@ -122,8 +124,41 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         "x (..., in_features), any float dtype -> x @ W^T (..., out_features) in x's dtype (W cast, not stored)."
-        w = self.weight
+        w, packed = self.weight, self.__dict__.get("_cpu_packed")
+        if packed is not None and getattr(_PACKED, "on", False) and packed[0] == w._version and x.dtype == w.dtype:
+            if x.numel() >= PACKED_MIN_ROWS * x.size(-1):  # inside `packed_cpu_weights`: oneDNN's prepacked weight
+                return torch.ops.mkldnn._linear_pointwise(x, packed[1], None, "none", [], "")
         return F.linear(x, w if w.dtype == x.dtype else w.to(x.dtype))  # no cast op when they agree (decode: ~25/step)
+
+
+_PACKED = threading.local()  # .on: inside `packed_cpu_weights` (per thread: the engine's loop may run beside training)
+PACKED_MIN_ROWS = 4  # fewer rows (a batch-1 decode) stay on F.linear, faster there (bench_engine)
+PACKED_MIN_WEIGHTS = 2**18  # smaller weights stay on F.linear: oneDNN's fixed cost outweighs its gain
+
+
+@contextmanager
+def packed_cpu_weights(
+    model: nn.Module,  # its fp32 CPU `Linear` layers of >= PACKED_MIN_WEIGHTS weights are packed
+    rows: int = 8,  # the batch oneDNN lays the weights out for
+):
+    """Inside: matmuls of >= 4 rows use weights prepacked by oneDNN (inference on a CPU: decode batches). A weight is
+    packed on first use and again after it changes (its version counter), so a model being trained stays right."""
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        yield
+        return
+    for m in model.modules():
+        w = getattr(m, "weight", None)
+        if not isinstance(m, Linear) or isinstance(w, DTensor) or w.device.type != "cpu" or w.dtype != torch.float32:
+            continue
+        p = m.__dict__.get("_cpu_packed")
+        if w.numel() >= PACKED_MIN_WEIGHTS and (p is None or p[0] != w._version):
+            with torch.no_grad():  # not a module attribute: not in the state dict, never moved
+                m.__dict__["_cpu_packed"] = (w._version, torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows))
+    before, _PACKED.on = getattr(_PACKED, "on", False), True
+    try:
+        yield
+    finally:
+        _PACKED.on = before
 
 # %% ../nbs/04_model.ipynb #81499c8e
 def rotary_tables(

@@ -1,11 +1,15 @@
 """The chat server under load: aggregate decode tokens/s and time to first token with 1, 4, 8 and 16 concurrent clients
 against sequential serving of the same requests (one client at a time, same server), on a random-weight model over
 loopback (uvicorn on 127.0.0.1). Every reply is exactly --new tokens (no stop tokens), greedy; prompts differ per
-client. Tokens are counted by the server's engine loop, not by text pieces. Medians of --repeats runs.
+client. Tokens are counted by the server's engine loop, not by text pieces. The clients run in another process (as
+real ones do: in the server's process their threads would take the server's GIL). Medians of --repeats runs.
 Usage: python bench/bench_serve.py [--clients 1,4,8,16] [--new 48] [--max-rows 8] [--repeats 3]"""
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,15 +34,25 @@ def ask(url, text, new):
     return first if first is not None else float("nan"), time.perf_counter() - t0
 
 
-def run(url, loop, texts, new, concurrent):
-    "Serve `texts` concurrently (all at once) or one after another: (tokens/s, median TTFT s)."
-    n0, t0 = loop.tokens, time.perf_counter()
+def clients(url, texts, new, concurrent):
+    "The client process: ask all `texts` at once (threads) or one after another; prints its wall time and TTFTs."
+    t0 = time.perf_counter()
     if concurrent:
         with ThreadPoolExecutor(len(texts)) as ex:
             res = list(ex.map(lambda t: ask(url, t, new), texts))
     else:
         res = [ask(url, t, new) for t in texts]
-    return (loop.tokens - n0) / (time.perf_counter() - t0), statistics.median(r[0] for r in res)
+    print(json.dumps(dict(wall=time.perf_counter() - t0, ttft=[r[0] for r in res])))
+
+
+def run(url, loop, texts, new, concurrent):
+    "Serve `texts` concurrently or one after another, asked from another process: (tokens/s, median TTFT s)."
+    job = json.dumps(dict(url=url, texts=texts, new=new, concurrent=concurrent))
+    n0 = loop.tokens
+    out = subprocess.run([sys.executable, __file__, "--client-job", job], capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loop.tokens - n0 == len(texts) * new, (loop.tokens - n0, len(texts) * new)  # every reply made in full
+    return len(texts) * new / res["wall"], statistics.median(res["ttft"])
 
 
 def main():
@@ -47,7 +61,10 @@ def main():
     ap.add_argument("--vocab", type=int, default=8192); ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--clients", default="1,4,8,16"); ap.add_argument("--new", type=int, default=48)
     ap.add_argument("--max-rows", type=int, default=8); ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--client-job", help=argparse.SUPPRESS)   # internal: run as the client process
     a = ap.parse_args()
+    if a.client_job:
+        return clients(**json.loads(a.client_job))
     torch.manual_seed(0)
     cfg = GPTConfig(sequence_len=a.seq_len, vocab_size=a.vocab, n_layer=a.n_layer, n_head=4, n_kv_head=2,
                     n_embd=a.n_embd, window_pattern="SSSL")

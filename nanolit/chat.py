@@ -599,18 +599,22 @@ async def events(self: Generation):
                 if await self.request.is_disconnected():
                     return
                 continue
-            (kind, v), getter = getter.result(), None
-            if kind == "end":
-                self.finished = True
-                yield _sse({"finish_reason": v})
-                yield _sse("[DONE]")
-                return
-            self.streamed = True
-            yield _sse({kind: v})
-            if kind == "error":
-                self.finished = True
-                yield _sse("[DONE]")
-                return
+            items, getter = [getter.result()], None
+            while not self.q.empty():  # pieces that came meanwhile go out in one write (8 rows a step: fewer wakeups)
+                items.append(self.q.get_nowait())
+            out = []
+            for kind, v in items:
+                if kind == "end":
+                    out.append(_sse({"finish_reason": v}))
+                if kind in ("end", "error"):
+                    self.finished = True
+                    if kind == "error":
+                        out.append(_sse({kind: v}))
+                    yield "".join(out) + _sse("[DONE]")
+                    return
+                self.streamed = True
+                out.append(_sse({kind: v}))
+            yield "".join(out)
     finally:
         if getter is not None:
             getter.cancel()

@@ -27,7 +27,7 @@ from .core import detect_compute_dtype
 from .model import PACKED_MIN_ROWS, packed_cpu_weights
 
 # %% auto #0
-__all__ = ['CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR', 'GREEDY_BELOW',
+__all__ = ['GREEDY_BELOW', 'CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR',
            'FINISH_REASONS', 'WindowedKVCache', 'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError',
            'calculate', 'calculator', 'Utf8Stream', 'RowState', 'Engine', 'RaggedKVCache', 'sample_rows', 'Request',
            'TokenEvent', 'ContinuousBatch', 'check_request', 'QueueFull', 'Completion']
@@ -204,6 +204,9 @@ def _sampling_logits(
     return z.masked_fill(drop, float("-inf"))
 
 # %% ../nbs/08_engine.ipynb #8a4afb67
+GREEDY_BELOW = 1e-6  # temperatures below this sample greedily (logits / t would overflow float32)
+
+
 # Temperature 0 = argmax (greedy); top_p keeps the smallest set of most likely tokens with mass >= top_p (nucleus,
 # Holtzman et al. 2020). ValueError on bad settings.
 def sample_next(
@@ -215,7 +218,7 @@ def sample_next(
 ) -> Tensor:
     """One token id per row from fp32 logits (B, V) -> int64 (B,): greedy, top-k, top-p."""
     _check_sampling(temperature, top_k, top_p)
-    if temperature == 0:
+    if temperature < GREEDY_BELOW:  # 0, or so small that logits / temperature would overflow float32
         return logits.argmax(dim=-1)
     probs = torch.softmax(_sampling_logits(logits, temperature, top_k, top_p), dim=-1)
     return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
@@ -672,9 +675,6 @@ class RaggedKVCache:
         self._masks, self._index = {}, None
 
 # %% ../nbs/08_engine.ipynb #73ae7a67
-GREEDY_BELOW = 1e-6  # `sample_rows` samples a temperature below this greedily (logits / t would overflow float32)
-
-
 def sample_rows(
     logits: Tensor,  # fp32 (n, V), one row per request
     settings: list[tuple[float, int | None, float | None]],  # per row (temperature, top_k, top_p), as `sample_next`

@@ -173,6 +173,15 @@ def attention_flex(
     return y.transpose(1, 2)
 
 
+def _sdpa_gqa(kt: Tensor, vt: Tensor, Hq: int, Hkv: int) -> tuple[Tensor, Tensor, dict]:
+    "Grouped-query keys/values for SDPA: its enable_gqa where torch has it, else the KV heads repeated."
+    if Hkv == Hq:
+        return kt, vt, {}
+    if _SDPA_HAS_GQA:
+        return kt, vt, {"enable_gqa": True}
+    return kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1), {}
+
+
 def attention_backend(
     q: Tensor,  # the queries (device, dtype)
     Tq: int,  # queries
@@ -213,12 +222,7 @@ def attention(
         if Hkv != Hq:
             kt, vt = kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1)
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qt, kt, vt, 0.0, True)[0].transpose(1, 2)
-    kw = {}
-    if Hkv != Hq:
-        if _SDPA_HAS_GQA:
-            kw["enable_gqa"] = True
-        else:
-            kt, vt = kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1)
+    kt, vt, kw = _sdpa_gqa(kt, vt, Hq, Hkv)
     if window is None and Tq == Tk:
         y = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, **kw)
     elif window is None and Tq == 1:  # one query at the end sees every key
@@ -255,10 +259,5 @@ def attention_masked(
     if mask.shape != (B, 1, Tq, Tk) or mask.dtype != torch.bool:
         raise ValueError(f"mask must be bool (B, 1, Tq, Tk) = {(B, 1, Tq, Tk)}, got {mask.dtype} {tuple(mask.shape)}")
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    kw = {}
-    if Hkv != Hq:
-        if _SDPA_HAS_GQA:
-            kw["enable_gqa"] = True
-        else:
-            kt, vt = kt.repeat_interleave(Hq // Hkv, dim=1), vt.repeat_interleave(Hq // Hkv, dim=1)
+    kt, vt, kw = _sdpa_gqa(kt, vt, Hq, Hkv)
     return F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, **kw).transpose(1, 2)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .attention import ragged_attention_mask
 from .core import detect_compute_dtype
-from .model import PACKED_MIN_ROWS, packed_cpu_weights
+from .model import packed_cpu_weights
 
 # %% auto #0
 __all__ = ['GREEDY_BELOW', 'CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR',
@@ -547,6 +547,7 @@ class RaggedKVCache:
         self.max_len, self.lens = max_len, []  # lens[r]: positions row r has filled
         # zeros, not empty: a short row's padding is read (then masked), and must be finite (03)
         self.kv = torch.zeros(n_layer, 2, max_rows, n_kv_head, capacity, head_dim, device=device, dtype=dtype)
+        self._views()
         self._pos = torch.zeros(0, dtype=torch.long, device=device)  # (n,) lens as a tensor
         self.last_ids = None  # (n, 1) each row's last token (a smear model reads it)
         self._masks: dict = {}  # this forward's mask per window, made by the first layer that needs it
@@ -595,6 +596,12 @@ class RaggedKVCache:
             new = self.kv.new_zeros(*self.kv.shape[:4], capacity, self.kv.size(5))
             new[..., : self.capacity, :] = self.kv
             self.kv = new
+            self._views()
+
+    def _views(self):
+        """Each layer's (R, H, cap, D) key and value views of `kv`, made once per buffer: a decode step's writes and
+        reads index them with one slice each instead of five (every op costs microseconds at decode sizes)."""
+        self._kv_views = [(self.kv[i, 0], self.kv[i, 1]) for i in range(self.kv.size(0))]
 
     def add(
         self,
@@ -648,8 +655,11 @@ class RaggedKVCache:
             self.grow(min(self.max_len, max(end, 2 * self.capacity)))
         w, lo = self.windows[layer], min(self.lens)
         start = 0 if w is None else max(0, lo - w + 1)
+        K, V = self._kv_views[layer]
+        if n < self.max_rows:
+            K, V = K[:n], V[:n]
         if lo + T == end:  # all rows at one length
-            self.kv[layer, 0, :n, :, lo:end], self.kv[layer, 1, :n, :, lo:end] = k.transpose(1, 2), v.transpose(1, 2)
+            K[:, :, lo:end], V[:, :, lo:end] = k.transpose(1, 2), v.transpose(1, 2)
             self._masks[w] = None
         else:
             if self._index is None:  # once per forward: (n, 1) rows and (n, T) absolute positions
@@ -658,11 +668,10 @@ class RaggedKVCache:
                     self._pos[:, None] + torch.arange(T, device=k.device),
                 )
             rows, p = self._index
-            self.kv[layer, 0][rows, :, p], self.kv[layer, 1][rows, :, p] = k, v  # (n, T, H, D) into (R, H, cap, D)
+            K[rows, :, p], V[rows, :, p] = k, v  # (n, T, H, D) into (n, H, cap, D)
             if w not in self._masks:
                 self._masks[w] = ragged_attention_mask(self._pos, T, start, end, w)
-        kl, vl = self.kv[layer, 0, :n, :, start:end], self.kv[layer, 1, :n, :, start:end]
-        return kl.transpose(1, 2), vl.transpose(1, 2)
+        return K[:, :, start:end].transpose(1, 2), V[:, :, start:end].transpose(1, 2)
 
     def attn_mask(self, layer: int) -> Tensor | None:
         "The bool (n, 1, T, Tk) mask of `layer`'s last `update` (each row's own causal window), or None: rows aligned."
@@ -928,10 +937,7 @@ def step(self: ContinuousBatch) -> list[TokenEvent]:
         self._drop(r)
     if self.rows:
         ids = torch.tensor(feed, device=self.device)[:, None]
-        if len(self.rows) >= PACKED_MIN_ROWS:  # a CPU's decode batch: oneDNN-packed weights (04)
-            with packed_cpu_weights(self.engine.model, self.max_rows):
-                self.logits = self.engine.model(ids, kv_cache=self.cache)[:, -1]
-        else:
+        with packed_cpu_weights(self.max_rows):  # a CPU's decode step: its weight layouts (04)
             self.logits = self.engine.model(ids, kv_cache=self.cache)[:, -1]
     return events
 

@@ -25,8 +25,9 @@ from .attention import attention, attention_masked
 # %% auto #0
 __all__ = ['PACKED_MIN_ROWS', 'PACKED_MIN_WEIGHTS', 'VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES', 'LOSS_CHUNK_BYTES_CPU',
            'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear', 'packed_cpu_weights', 'rotary_tables',
-           'apply_rotary', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache', 'loss_chunk_rows', 'ChunkedLMLoss',
-           'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model', 'generate']
+           'apply_rotary', 'rotary_full', 'apply_rotary_full', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache',
+           'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model',
+           'softcap', 'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 @dataclass
@@ -124,41 +125,49 @@ class Linear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         "x (..., in_features), any float dtype -> x @ W^T (..., out_features) in x's dtype (W cast, not stored)."
-        w, packed = self.weight, self.__dict__.get("_cpu_packed")
-        if packed is not None and getattr(_PACKED, "on", False) and packed[0] == w._version and x.dtype == w.dtype:
-            if x.numel() >= PACKED_MIN_ROWS * x.size(-1):  # inside `packed_cpu_weights`: oneDNN's prepacked weight
-                return torch.ops.mkldnn._linear_pointwise(x, packed[1], None, "none", [], "")
+        w, rows = self.weight, getattr(_PACKED, "rows", 0)
+        if rows and x.dtype == w.dtype and not torch.is_grad_enabled():  # inside `packed_cpu_weights`
+            p = self.__dict__.get("_cpu_packed")  # (version, W^T contiguous or None, oneDNN's pack or None, wants one)
+            if p is None or p[0] != w._version or (p[3] and p[2] is None and rows >= PACKED_MIN_ROWS):
+                p = self._pack(rows)  # first use, or the weight changed since (an optimizer step)
+            if p[1] is not None:
+                if p[2] is not None and x.numel() >= PACKED_MIN_ROWS * x.size(-1):
+                    return torch.ops.mkldnn._linear_pointwise(x, p[2], None, "none", [], "")
+                return x @ p[1]  # fewer rows, or a small weight: W^T, read row after row
         return F.linear(x, w if w.dtype == x.dtype else w.to(x.dtype))  # no cast op when they agree (decode: ~25/step)
 
+    def _pack(self, rows: int) -> tuple:
+        "Make this weight's CPU inference layouts (none for a DTensor, a GPU or a non-fp32 weight); kept, not a buffer."
+        w = self.weight
+        ok = not isinstance(w, DTensor) and w.device.type == "cpu" and w.dtype == torch.float32
+        big = ok and _HAS_MKLDNN_PACK and w.numel() >= PACKED_MIN_WEIGHTS
+        with torch.no_grad():  # in __dict__, not a module attribute: not in the state dict, never moved
+            wt = w.detach().t().contiguous() if ok else None
+            pk = torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) if big and rows >= PACKED_MIN_ROWS else None
+        p = self.__dict__["_cpu_packed"] = (w._version, wt, pk, big)
+        return p
 
-_PACKED = threading.local()  # .on: inside `packed_cpu_weights` (per thread: the engine's loop may run beside training)
-PACKED_MIN_ROWS = 4  # fewer rows (a batch-1 decode) stay on F.linear, faster there (bench_engine)
-PACKED_MIN_WEIGHTS = 2**18  # smaller weights stay on F.linear: oneDNN's fixed cost outweighs its gain
+
+_PACKED = (
+    threading.local()
+)  # .rows: inside `packed_cpu_weights` (per thread: the engine's loop may run beside training)
+_HAS_MKLDNN_PACK = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+PACKED_MIN_ROWS = 4  # fewer rows (a batch-1 decode) use W^T, faster there (bench_engine)
+PACKED_MIN_WEIGHTS = 2**18  # smaller weights use W^T at any batch: oneDNN's fixed cost outweighs its gain
 
 
 @contextmanager
 def packed_cpu_weights(
-    model: nn.Module,  # its fp32 CPU `Linear` layers of >= PACKED_MIN_WEIGHTS weights are packed
-    rows: int = 8,  # the batch oneDNN lays the weights out for
+    rows: int = 8,  # the most rows a matmul will have inside (oneDNN lays the large weights out for it)
 ):
-    """Inside: matmuls of >= 4 rows use weights prepacked by oneDNN (inference on a CPU: decode batches). A weight is
-    packed on first use and again after it changes (its version counter), so a model being trained stays right."""
-    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        yield
-        return
-    for m in model.modules():
-        w = getattr(m, "weight", None)
-        if not isinstance(m, Linear) or isinstance(w, DTensor) or w.device.type != "cpu" or w.dtype != torch.float32:
-            continue
-        p = m.__dict__.get("_cpu_packed")
-        if w.numel() >= PACKED_MIN_WEIGHTS and (p is None or p[0] != w._version):
-            with torch.no_grad():  # not a module attribute: not in the state dict, never moved
-                m.__dict__["_cpu_packed"] = (w._version, torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows))
-    before, _PACKED.on = getattr(_PACKED, "on", False), True
+    """Inside (this thread, no grad): a CPU's fp32 `Linear`s use weight layouts made for a decode step: W^T for a
+    matrix-vector product, oneDNN's prepacked layout for large weights at >= 4 rows. Each is made on first use and again
+    after its weight changes (its version counter), so a model being trained between steps stays right."""
+    before, _PACKED.rows = getattr(_PACKED, "rows", 0), max(1, rows)
     try:
         yield
     finally:
-        _PACKED.on = before
+        _PACKED.rows = before
 
 # %% ../nbs/04_model.ipynb #81499c8e
 def rotary_tables(
@@ -187,6 +196,26 @@ def apply_rotary(
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)  # (.., T, 1, D/2): the same angle for every head
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+def rotary_full(
+    cos: Tensor,  # (T, D/2) or (B, T, D/2), as `apply_rotary` takes
+    sin: Tensor,  # cos's shape
+    dtype: torch.dtype | None = None,  # the activations' dtype (None: the tables')
+) -> tuple[Tensor, Tensor]:  # (cos | cos, -sin | sin), each (..., T, 1, D): the head axis added
+    "The tables `apply_rotary_full` reads, made once per forward and shared by every layer."
+    c, s = torch.cat([cos, cos], -1).unsqueeze(-2), torch.cat([-sin, sin], -1).unsqueeze(-2)
+    return (c, s) if dtype is None else (c.to(dtype), s.to(dtype))
+
+
+def apply_rotary_full(
+    x: Tensor,  # (B, T, H, D)
+    cos: Tensor,  # `rotary_full`'s (..., T, 1, D) cos | cos, in x's dtype
+    sin: Tensor,  # its -sin | sin
+) -> Tensor:  # x's shape and dtype, bit for bit `apply_rotary`'s
+    "Rotate-half RoPE as x cos + rotate_half(x) sin: 4 ops a call instead of 11 (the decode step's per-op cost)."
+    d = x.size(-1) // 2
+    return x * cos + torch.cat([x[..., d:], x[..., :d]], dim=-1) * sin
 
 # %% ../nbs/04_model.ipynb #7b9a89db
 VE_GATE_CHANNELS = 32  # input channels an input-dependent value-embedding gate reads (nanochat's choice)
@@ -222,7 +251,7 @@ class CausalSelfAttention(nn.Module):
         self,
         x: Tensor,  # (B, T, n_embd)
         ve: Tensor | None,  # the value embedding (B, T, n_kv_head * head_dim), or None
-        cos: Tensor,  # (T, head_dim/2) for these positions
+        cos: Tensor,  # `rotary_full`'s (T, 1, head_dim) or (B, T, 1, head_dim) table for these positions
         sin: Tensor,
         window: int | None,  # as in `nanolit.attention.attention`
         kv_cache=None,  # appends the new k, v; attention then runs over every cached position
@@ -239,7 +268,10 @@ class CausalSelfAttention(nn.Module):
             else:  # one learned number per KV head, (n_kv_head, 1)
                 g = g[:, None]
             v = v + g * ve.view(B, T, self.n_kv_head, self.head_dim)
-        q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # RoPE, then QK-norm (they commute)
+        if kv_cache is None:  # RoPE, then QK-norm (they commute)
+            q, k = norm(apply_rotary_full(q, cos, sin)), norm(apply_rotary_full(k, cos, sin))
+        else:  # inference: one pass over the q | k heads (the same numbers, half the small ops of a decode step)
+            q, k = norm(apply_rotary_full(torch.cat([q, k], dim=2), cos, sin)).split([self.n_head, self.n_kv_head], 2)
         if self.q_gain is not None:  # scales q . k per head: a learned attention temperature
             q = q * self.q_gain.to(q.dtype)[:, None]
         mask = None
@@ -577,6 +609,17 @@ def num_scaling_params(self: GPT) -> int:
     return sum(p.numel() for p in g["matrix"] + g["lm_head"]) - pads
 
 # %% ../nbs/04_model.ipynb #a0217634
+def softcap(
+    z: Tensor,  # logits, any shape (fp32 or fp64)
+    c: float,  # the cap: outputs lie in (-c, c)
+) -> Tensor:  # z's shape and dtype
+    """c tanh(z / c), computed as 2c sigmoid(2z / c) - c (tanh y = 2 sigmoid(2y) - 1). The same function; on a CPU
+    torch's sigmoid is vectorized and its tanh is not (64k logits: 98 against 258 us), and it differs from the tanh
+    form by a few ulps of c (4e-6 at c = 15 in fp32, 7e-15 in fp64)."""
+    s = torch.sigmoid(z * (2 / c))
+    return s * (2 * c) - c if s.requires_grad else s.mul_(2 * c).sub_(c)  # in place only where autograd won't look
+
+
 @patch
 def forward(
     self: GPT,
@@ -597,11 +640,12 @@ def forward(
         if int(t0.max()) + T > self.cos.size(0):
             raise ValueError(f"positions up to {int(t0.max()) + T} exceed sequence_len {self.cos.size(0)}")
         p = t0[:, None] + torch.arange(T, device=t0.device)  # (B, T)
-        cos, sin = self.cos[p].to(dtype), self.sin[p].to(dtype)  # (B, T, head_dim/2)
+        cos, sin = self.cos[p], self.sin[p]  # (B, T, head_dim/2)
     else:
         if t0 + T > self.cos.size(0):
             raise ValueError(f"positions up to {t0 + T} exceed sequence_len {self.cos.size(0)}")
-        cos, sin = self.cos[t0 : t0 + T].to(dtype), self.sin[t0 : t0 + T].to(dtype)
+        cos, sin = self.cos[t0 : t0 + T], self.sin[t0 : t0 + T]
+    cos, sin = rotary_full(cos, sin, dtype)  # once per forward, for every layer
     x = norm(self.wte(idx).to(dtype))
     x = x0 = self.smear(x, kv_cache) if self.config.smear else x
     rl, xl = self.resid_lambdas.to(dtype).unbind(), self.x0_lambdas.to(dtype).unbind()  # cast once, not per layer
@@ -626,7 +670,7 @@ def forward(
     if logits.size(-1) > self.config.vocab_size:  # the head's padding: sliced off, never sampled or scored
         logits = logits[..., : self.config.vocab_size]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for an fp64 model), as the loss
-    logits = sc * torch.tanh(logits / sc)
+    logits = softcap(logits, sc)
     if targets is None:
         return logits
     loss = F.cross_entropy(

@@ -18,7 +18,7 @@ from fastcore.basics import patch
 from torch import Tensor
 
 from ..core import detect_compute_dtype
-from ..model import GPT, norm
+from ..model import GPT, norm, rotary_full, softcap
 from .mesh import Layout, Mesh
 from .data_parallel import zero_missing_grads
 from .tensor_parallel import vocab_parallel_cross_entropy
@@ -104,7 +104,7 @@ class GPTStage(nn.Module):
                 raise ValueError(f"stage {self.stage_index} expects (x, x0), got {len(acts)} tensors")
             x, x0 = acts
         T = idx.size(1)
-        cos, sin = self.cos[:T], self.sin[:T]
+        cos, sin = rotary_full(self.cos[:T], self.sin[:T], dtype)
         for j, i in enumerate(self.layers):
             x = self.resid_lambdas[j].to(dtype) * x + self.x0_lambdas[j].to(dtype) * x0
             ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
@@ -113,8 +113,7 @@ class GPTStage(nn.Module):
             return x, x0
         logits = self.lm_head(norm(x)) if self.tp_group is None else self.lm_head(norm(x), seq_len=T)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for fp64), as GPT's loss
-        sc = self.config.logit_softcap
-        return sc * torch.tanh(logits / sc)
+        return softcap(logits, self.config.logit_softcap)
 
     def loss(self, logits: Tensor, targets: Tensor) -> Tensor:
         """Mean token cross-entropy of the last stage's logits against targets (B,T) int64 (-1 ignored); vocab-parallel

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core import detect_compute_dtype
-from ..model import GPT, CausalSelfAttention, MLP, norm
+from ..model import GPT, CausalSelfAttention, MLP, norm, rotary_full, softcap
 from nanolit.optim import (
     MuonAdamW,
     apply_update_,
@@ -504,8 +504,8 @@ class _TPGPT(GPT):
         if T > self.cos.size(0):
             raise ValueError(f"positions up to {T} exceed sequence_len {self.cos.size(0)}")
         g, sp, c = self.tp_group, self.tp_sp, self.config
-        cos, sin = self.cos[:T], self.sin[:T]
         dtype = detect_compute_dtype(idx.device.type)
+        cos, sin = rotary_full(self.cos[:T], self.sin[:T], dtype)
         x = x0 = norm(self.wte(idx).to(dtype))  # (B, T, d), or the sequence shard (B, ceil(T/W), d)
         rl, xl = (
             (copy_to_tp(self.resid_lambdas, g), copy_to_tp(self.x0_lambdas, g))
@@ -522,7 +522,7 @@ class _TPGPT(GPT):
         logits = logits.to(
             torch.promote_types(logits.dtype, torch.float32)
         )  # (B, T, ceil(V/W)): this rank's vocabulary slice
-        logits = c.logit_softcap * torch.tanh(logits / c.logit_softcap)  # elementwise: applied locally
+        logits = softcap(logits, c.logit_softcap)  # elementwise: applied locally
         if targets is None:
             return gather_from_tp(logits, g, -1, c.vocab_size)
         return vocab_parallel_cross_entropy(logits, targets, g, c.vocab_size, ignore_index=-1, reduction=loss_reduction)

@@ -24,13 +24,14 @@ from torch import Tensor
 
 from .attention import ragged_attention_mask
 from .core import detect_compute_dtype
-from .model import packed_cpu_weights
+from .model import GPT, packed_cpu_weights
 
 # %% auto #0
 __all__ = ['GREEDY_BELOW', 'CALC_MAX_CHARS', 'CALC_MAX_BITS', 'CALC_MAX_STR', 'CALC_TIME_S', 'CALC_STR_METHODS', 'TOOL_ERROR',
-           'FINISH_REASONS', 'WindowedKVCache', 'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError',
-           'calculate', 'calculator', 'Utf8Stream', 'RowState', 'Engine', 'RaggedKVCache', 'sample_rows', 'Request',
-           'TokenEvent', 'ContinuousBatch', 'check_request', 'QueueFull', 'Completion']
+           'FINISH_REASONS', 'PREFILL_PAD', 'PREFILL_WASTE', 'PREFILL_LOGITS_BYTES', 'WindowedKVCache',
+           'kv_cache_bytes', 'sample_next', 'sampling_logprobs', 'CalculatorError', 'calculate', 'calculator',
+           'Utf8Stream', 'RowState', 'Engine', 'RaggedKVCache', 'sample_rows', 'Request', 'TokenEvent',
+           'ContinuousBatch', 'check_request', 'QueueFull', 'prefill_groups', 'Completion']
 
 # %% ../nbs/08_engine.ipynb #05f9b2f5
 # One buffer (n_layer, 2, B, capacity, H_kv, D): layer l's keys are `kv[l, 0]`, the layout `nanolit.attention` takes;
@@ -607,11 +608,14 @@ class RaggedKVCache:
         self,
         cache: WindowedKVCache,  # a prefilled cache (its `pos` positions and `last_ids`)
         row: int = 0,  # which of its rows
+        length: int | None = None,  # positions of that row to keep (a right-padded prompt's length; None: all)
     ) -> int:
         "Copy one prefilled row in as a new last row; returns its index. ValueError when all rows are taken."
         if self.n == self.max_rows:
             raise ValueError(f"all {self.max_rows} rows are in flight")
-        P, r = cache.pos, self.n
+        P, r = cache.pos if length is None else length, self.n
+        if not 1 <= P <= cache.pos:
+            raise ValueError(f"length {P} outside 1..{cache.pos} (the positions prefilled)")
         self.grow(min(self.max_len, max(P, self.capacity)))
         self.kv[:, :, r, :, :P] = cache.kv[:, :, row, :P].transpose(2, 3)  # (L, 2, P, H, D) -> (L, 2, H, P, D)
         self.lens.append(P)
@@ -869,25 +873,52 @@ def _drop(self: ContinuousBatch, r: int) -> None:
     self.logits = self.logits[:last] if last else None
 
 
+PREFILL_PAD = 0  # the id right-padding the shorter prompts of a batched prefill: causal attention never reads it
+PREFILL_WASTE = 1.25  # a prefill group's rows x longest prompt is at most this x its real tokens
+PREFILL_LOGITS_BYTES = 2**28  # and its fp32 (rows, longest, V) logits at most 256 MiB
+
+
+def prefill_groups(
+    lens: list[int],  # prompt lengths of the requests joining this step
+    V: int,  # the vocabulary (the logits' width)
+) -> list[list[int]]:  # indices into lens, one list per prefill forward
+    "Longest first; a group grows while padding stays within `PREFILL_WASTE` and its logits within the byte bound."
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lens)), key=lambda i: -lens[i]):
+        g = groups[-1] if groups else None
+        if g is not None:
+            n, P = len(g) + 1, lens[g[0]]  # the group's first is its longest
+            if n * P <= PREFILL_WASTE * (sum(lens[j] for j in g) + lens[i]) and n * P * V * 4 <= PREFILL_LOGITS_BYTES:
+                g.append(i)
+                continue
+        groups.append([i])
+    return groups
+
+
 @patch
-def _admit(self: ContinuousBatch, rid: int, req: Request, events: list) -> None:
-    "Prefill one request alone and add it as a row (or end it at once when it has no room for a token)."
-    P = len(req.tokens)
-    budget = self.L - P if req.max_tokens is None else min(req.max_tokens, self.L - P)
-    if budget <= 0:
-        reason = "length" if req.max_tokens is not None and req.max_tokens <= self.L - P else "context"
-        events.append(TokenEvent(rid, None, False, reason))
-        return
-    gen = torch.Generator(device=self.device).manual_seed(int(req.seed) % 2**64)  # before the cache changes
-    stops = self.engine.stop_tokens if req.stop_tokens is None else set(map(int, req.stop_tokens))
-    pre = WindowedKVCache.for_model(self.engine.model, 1, capacity=P)
-    ids = torch.tensor([list(map(int, req.tokens))], device=self.device)
-    logits = self.engine.model(ids, kv_cache=pre)[:, -1]
-    pre.last_ids = ids[:, -1:]  # as the model leaves it (a stand-in model may not)
-    self.cache.add(pre)
-    self.logits = logits if self.logits is None else torch.cat([self.logits, logits])
-    self.rows.append(_Row(rid, req, RowState(), gen, budget, stops))
-    self.admitted += 1
+def _admit(self: ContinuousBatch, joining: list[tuple[int, Request, int]]) -> None:
+    """Prefill the joining (id, request, token budget) triples, a group of prompts in one forward (`prefill_groups`),
+    each right-padded to its group's longest, and add them as rows. A model that is not a `GPT` (a test's stand-in,
+    which may not be causal row by row) is prefilled one request at a time."""
+    lens = [len(req.tokens) for _, req, _ in joining]
+    batched = isinstance(self.engine.model, GPT)
+    for g in prefill_groups(lens, self.V) if batched else [[i] for i in range(len(joining))]:
+        n, P = len(g), max(lens[i] for i in g)
+        rows = [list(map(int, joining[i][1].tokens)) + [PREFILL_PAD] * (P - lens[i]) for i in g]
+        ids = torch.tensor(rows, device=self.device)  # (n, P)
+        pre = WindowedKVCache.for_model(self.engine.model, n, capacity=P)
+        out = self.engine.model(ids, kv_cache=pre)  # (n, P, V): a row's positions < its length never see its padding
+        at = torch.tensor([lens[i] - 1 for i in g], device=self.device)  # each row's last real position
+        pre.last_ids = ids[torch.arange(n, device=self.device), at][:, None]  # the real last token (smear reads it)
+        logits = out[torch.arange(n, device=self.device), at]  # (n, V)
+        for j, i in enumerate(g):
+            rid, req, budget = joining[i]
+            gen = torch.Generator(device=self.device).manual_seed(int(req.seed) % 2**64)
+            stops = self.engine.stop_tokens if req.stop_tokens is None else set(map(int, req.stop_tokens))
+            self.cache.add(pre, row=j, length=lens[i])
+            self.rows.append(_Row(rid, req, RowState(), gen, budget, stops))
+            self.admitted += 1
+        self.logits = logits if self.logits is None else torch.cat([self.logits, logits])
 
 
 @patch
@@ -905,12 +936,21 @@ def step(self: ContinuousBatch) -> list[TokenEvent]:
         if self.rows[r].rid in cancelled:
             events.append(TokenEvent(self.rows[r].rid, None, False, "cancelled"))
             self._drop(r)
-    while len(self.rows) < self.max_rows:
+    joining = []  # (id, request, budget): prefilled together below
+    while len(self.rows) + len(joining) < self.max_rows:
         with self._lock:
             if not self.waiting:
                 break
             rid, req = self.waiting.popleft()
-        self._admit(rid, req, events)
+        P = len(req.tokens)
+        budget = self.L - P if req.max_tokens is None else min(req.max_tokens, self.L - P)
+        if budget <= 0:  # no room for one token: it ends at once, without a row
+            reason = "length" if req.max_tokens is not None and req.max_tokens <= self.L - P else "context"
+            events.append(TokenEvent(rid, None, False, reason))
+        else:
+            joining.append((rid, req, budget))
+    if joining:
+        self._admit(joining)
     if not self.rows:
         return events
     settings = [(w.req.temperature, w.req.top_k, w.req.top_p) for w in self.rows]

@@ -127,8 +127,8 @@ class Linear(nn.Linear):
         "x (..., in_features), any float dtype -> x @ W^T (..., out_features) in x's dtype (W cast, not stored)."
         w, rows = self.weight, getattr(_PACKED, "rows", 0)
         if rows and x.dtype == w.dtype and not torch.is_grad_enabled():  # inside `packed_cpu_weights`
-            p = self.__dict__.get("_cpu_packed")  # (version, W^T contiguous or None, oneDNN's pack or None, wants one)
-            if p is None or p[0] != w._version or (p[3] and p[2] is None and rows >= PACKED_MIN_ROWS):
+            p = self.__dict__.get("_cpu_packed")  # (key, W^T contiguous or None, oneDNN's pack or None, wants one)
+            if p is None or p[0] != (w._version, w.data_ptr()) or (p[3] and p[2] is None and rows >= PACKED_MIN_ROWS):
                 p = self._pack(rows)  # first use, or the weight changed since (an optimizer step)
             if p[1] is not None:
                 if p[2] is not None and x.numel() >= PACKED_MIN_ROWS * x.size(-1):
@@ -144,7 +144,8 @@ class Linear(nn.Linear):
         with torch.no_grad():  # in __dict__, not a module attribute: not in the state dict, never moved
             wt = w.detach().t().contiguous() if ok else None
             pk = torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) if big and rows >= PACKED_MIN_ROWS else None
-        p = self.__dict__["_cpu_packed"] = (w._version, wt, pk, big)
+        # keyed by version and address; holding w's storage keeps that address from being reused while cached
+        p = self.__dict__["_cpu_packed"] = ((w._version, w.data_ptr()), wt, pk, big, w.detach())
         return p
 
 

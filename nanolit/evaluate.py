@@ -45,10 +45,10 @@ from nanolit.tasks import (
 )
 
 # %% auto #0
-__all__ = ['CORE_BUNDLE_URL', 'CORE_BUNDLE_TASKS', 'WHATS', 'fmt_cell', 'plot_results', 'save_results', 'core_bundle_dir',
-           'fetch_core_bundle', 'load_core_bundle', 'eval_core_official', 'val_bpb', 'core_row', 'eval_base',
-           'score_chat_task', 'chat_row', 'eval_chat', 'task_names', 'build_data', 'open_checkpoint', 'base_title',
-           'run_base', 'trained_on', 'run_chat', 'main']
+__all__ = ['CORE_BUNDLE_URL', 'CORE_BUNDLE_TASKS', 'GPT2_CORE', 'WHATS', 'fmt_cell', 'plot_results', 'save_results',
+           'core_bundle_dir', 'fetch_core_bundle', 'load_core_bundle', 'eval_core_official', 'val_bpb', 'core_row',
+           'eval_base', 'with_gpt2', 'gpt2_lines', 'score_chat_task', 'chat_row', 'eval_chat', 'task_names',
+           'build_data', 'open_checkpoint', 'base_title', 'run_base', 'trained_on', 'run_chat', 'main']
 
 # %% ../nbs/10a_evaluate.ipynb #87a7fd02
 def fmt_cell(v) -> str:
@@ -246,6 +246,42 @@ def eval_base(
     label = f"offline rebuild: {len(rows)} of {CORE_BUNDLE_TASKS} tasks; not the official items"
     return dict(rows=rows, core=core, eval=label, missing=missing, bpb=bpb, bpb_exact=bpb_exact)
 
+# %% ../nbs/10a_evaluate.ipynb #c7984fed
+GPT2_CORE = {  # OpenAI's GPT-2 on DCLM's bundle: published raw accuracies (nanochat dev/estimate_gpt3_core, Part 3)
+    "gpt2_124m": dict(
+        core=0.1139,
+        hellaswag_zeroshot=0.309,
+        lambada_openai=0.323,
+        hellaswag=0.308,
+        piqa=0.623,
+        arc_easy=0.412,
+        arc_challenge=0.222,
+    ),
+    "gpt2_xl": dict(
+        core=0.2565,
+        hellaswag_zeroshot=0.502,
+        lambada_openai=0.523,
+        hellaswag=0.512,
+        piqa=0.725,
+        arc_easy=0.595,
+        arc_challenge=0.299,
+    ),
+}
+
+
+def with_gpt2(rows: list[dict]) -> list[dict]:
+    "`rows` with GPT-2's published accuracy per task (`gpt2_124m`, `gpt2_xl`; empty where none is published)."
+    return [dict(r, **{m: GPT2_CORE[m].get(r["task"], "") for m in GPT2_CORE}) for r in rows]
+
+
+def gpt2_lines(rows: list[dict]) -> list[str]:
+    "A small text table: our accuracy beside GPT-2's on the tasks with published figures."
+    out = [f"{'task':20s} {'ours':>7s} {'GPT-2':>7s} {'GPT-2 XL':>8s}  (accuracy; GPT-2 on the official items)"]
+    for r in with_gpt2(rows):
+        if r["gpt2_xl"] != "":
+            out.append(f"{r['task']:20s} {r['accuracy']:7.4f} {r['gpt2_124m']:7.3f} {r['gpt2_xl']:8.3f}")
+    return out + [f"{'CORE':20s} {'':7s} {GPT2_CORE['gpt2_124m']['core']:7.4f} {GPT2_CORE['gpt2_xl']['core']:8.4f}"]
+
 # %% ../nbs/10a_evaluate.ipynb #b1d412e9
 def score_chat_task(
     engine,  # an `Engine` over the model (generative tasks)
@@ -374,9 +410,10 @@ def run_base(model, tok, meta: dict, stage: str, tag: str, max_per_task, tasks) 
             "(or `python -m nanolit.evaluate base --build`)"
         )
     title = base_title(res)
+    print0("\n".join(gpt2_lines(res["rows"])))
     print0(title)
     print0(f"missing ({len(res['missing'])}): {', '.join(res['missing'])}")
-    return res, title
+    return dict(res, rows=with_gpt2(res["rows"])), title
 
 
 def trained_on(meta: dict, stage: str, tag: str) -> dict:

@@ -469,6 +469,8 @@ class EngineLoop:
     def submit(self, request: EngineRequest, deliver: Callable[[str, object], None]) -> int:
         "Queue `request` with its callback (called from the loop's thread); its id. `QueueFull` when the queue is full."
         with self.lock:
+            if self.closed:  # its thread is gone for good: nothing would ever answer
+                raise RuntimeError("the engine loop is closed")
             rid = self.batch.submit(request)
             self.subs[rid] = (deliver, Utf8Stream())
             if self.thread is None or not self.thread.is_alive():

@@ -784,6 +784,8 @@ class ContinuousBatch:
         self.logits = None  # (n, V) the next-token logits of each row in flight
         self.waiting: deque = deque()  # (id, Request)
         self._next_id, self._cancelled, self._lock = first_id, set(), threading.Lock()
+        self._joining: set = set()  # ids taken from `waiting` and being prefilled (still cancellable)
+        self._session = object()  # this batch's CPU weight layouts (04): renewed whenever the batch drains
         self.admitted = 0  # requests prefilled so far (a cancelled waiting one never is)
 
     @property
@@ -831,8 +833,9 @@ class ContinuousBatch:
 
     def cancel(self, request_id: int) -> None:
         "End a request at the next `step` (safe from another thread); its row is freed there, reason 'cancelled'."
-        with self._lock:  # an id that is neither waiting nor in flight (unknown, finished) is ignored
-            if any(i == request_id for i, _ in self.waiting) or any(w.rid == request_id for w in self.rows):
+        with self._lock:  # an id that is neither waiting, joining nor in flight (unknown, finished) is ignored
+            live = request_id in self._joining or any(w.rid == request_id for w in self.rows)
+            if live or any(i == request_id for i, _ in self.waiting):
                 self._cancelled.add(request_id)
 
 
@@ -853,6 +856,8 @@ def check_request(request: Request) -> None:
     if r.stop_tokens is not None:
         if isinstance(r.stop_tokens, (str, bytes)) or not hasattr(r.stop_tokens, "__iter__"):
             raise ValueError(f"stop_tokens must be a set of token ids or None, got {r.stop_tokens!r}")
+        if iter(r.stop_tokens) is r.stop_tokens:  # a generator or map(): checking it here would use it up
+            raise ValueError("stop_tokens must be a collection (set, list, tuple), not a one-shot iterator")
         if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in r.stop_tokens):
             raise ValueError(f"stop_tokens must be token ids (ints), got {r.stop_tokens!r}")
 
@@ -936,12 +941,15 @@ def step(self: ContinuousBatch) -> list[TokenEvent]:
         if self.rows[r].rid in cancelled:
             events.append(TokenEvent(self.rows[r].rid, None, False, "cancelled"))
             self._drop(r)
+    if not self.rows:  # drained: the rows joining now get fresh weight layouts (writes past the version counter)
+        self._session = object()
     joining = []  # (id, request, budget): prefilled together below
     while len(self.rows) + len(joining) < self.max_rows:
         with self._lock:
             if not self.waiting:
                 break
             rid, req = self.waiting.popleft()
+            self._joining.add(rid)  # a cancel from now on reaches it: it is a row by the next step
         P = len(req.tokens)
         budget = self.L - P if req.max_tokens is None else min(req.max_tokens, self.L - P)
         if budget <= 0:  # no room for one token: it ends at once, without a row
@@ -951,6 +959,8 @@ def step(self: ContinuousBatch) -> list[TokenEvent]:
             joining.append((rid, req, budget))
     if joining:
         self._admit(joining)
+    with self._lock:
+        self._joining.clear()
     if not self.rows:
         return events
     settings = [(w.req.temperature, w.req.top_k, w.req.top_p) for w in self.rows]
@@ -977,7 +987,7 @@ def step(self: ContinuousBatch) -> list[TokenEvent]:
         self._drop(r)
     if self.rows:
         ids = torch.tensor(feed, device=self.device)[:, None]
-        with packed_cpu_weights(self.max_rows):  # a CPU's decode step: its weight layouts (04)
+        with packed_cpu_weights(self.max_rows, self._session):  # a CPU's decode step: its weight layouts (04)
             self.logits = self.engine.model(ids, kv_cache=self.cache)[:, -1]
     return events
 

@@ -126,17 +126,19 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         "x (..., in_features), any float dtype -> x @ W^T (..., out_features) in x's dtype (W cast, not stored)."
         w, rows = self.weight, getattr(_PACKED, "rows", 0)
-        if rows and x.dtype == w.dtype and not torch.is_grad_enabled():  # inside `packed_cpu_weights`
+        # inside `packed_cpu_weights`, without grad; an inference tensor has no version counter: plain F.linear
+        if rows and x.dtype == w.dtype and not torch.is_grad_enabled() and not w.is_inference():
+            key = (_PACKED.session, w._version, w.data_ptr())  # read before any copy: a write during it shows next call
             p = self.__dict__.get("_cpu_packed")  # (key, W^T contiguous or None, oneDNN's pack or None, wants one)
-            if p is None or p[0] != (w._version, w.data_ptr()) or (p[3] and p[2] is None and rows >= PACKED_MIN_ROWS):
-                p = self._pack(rows)  # first use, or the weight changed since (an optimizer step)
+            if p is None or p[0] != key or (p[3] and p[2] is None and rows >= PACKED_MIN_ROWS):
+                p = self._pack(rows, key)  # first use, a new session, or the weight changed (an optimizer step)
             if p[1] is not None:
                 if p[2] is not None and x.numel() >= PACKED_MIN_ROWS * x.size(-1):
                     return torch.ops.mkldnn._linear_pointwise(x, p[2], None, "none", [], "")
                 return x @ p[1]  # fewer rows, or a small weight: W^T, read row after row
         return F.linear(x, w if w.dtype == x.dtype else w.to(x.dtype))  # no cast op when they agree (decode: ~25/step)
 
-    def _pack(self, rows: int) -> tuple:
+    def _pack(self, rows: int, key: tuple) -> tuple:
         "Make this weight's CPU inference layouts (none for a DTensor, a GPU or a non-fp32 weight); kept, not a buffer."
         w = self.weight
         ok = not isinstance(w, DTensor) and w.device.type == "cpu" and w.dtype == torch.float32
@@ -144,9 +146,15 @@ class Linear(nn.Linear):
         with torch.no_grad():  # in __dict__, not a module attribute: not in the state dict, never moved
             wt = w.detach().t().contiguous() if ok else None
             pk = torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) if big and rows >= PACKED_MIN_ROWS else None
-        # keyed by version and address; holding w's storage keeps that address from being reused while cached
-        p = self.__dict__["_cpu_packed"] = ((w._version, w.data_ptr()), wt, pk, big, w.detach())
+        # keyed by session, version and address; holding w's storage keeps that address from being reused while cached
+        p = self.__dict__["_cpu_packed"] = (key, wt, pk, big, w.detach())
         return p
+
+    def __getstate__(self) -> dict:
+        "Pickle, deepcopy and `torch.save` without the cached layouts (oneDNN's pack cannot be serialised)."
+        state = super().__getstate__()
+        state.pop("_cpu_packed", None)
+        return state
 
 
 _PACKED = (
@@ -160,15 +168,19 @@ PACKED_MIN_WEIGHTS = 2**18  # smaller weights use W^T at any batch: oneDNN's fix
 @contextmanager
 def packed_cpu_weights(
     rows: int = 8,  # the most rows a matmul will have inside (oneDNN lays the large weights out for it)
+    session: object | None = None,  # layouts made under one session object are reused by it (None: this entry only)
 ):
     """Inside (this thread, no grad): a CPU's fp32 `Linear`s use weight layouts made for a decode step: W^T for a
-    matrix-vector product, oneDNN's prepacked layout for large weights at >= 4 rows. Each is made on first use and again
-    after its weight changes (its version counter), so a model being trained between steps stays right."""
-    before, _PACKED.rows = getattr(_PACKED, "rows", 0), max(1, rows)
+    matrix-vector product, oneDNN's prepacked layout for large weights at >= 4 rows. Each is made on first use in a
+    session and again after its weight changes (its version counter: an optimizer step, `copy_`, a state dict load).
+    Writes that bypass the counter (`w.data.mul_`, numpy views) are seen from the next session on: a plain `with` is
+    its own session; an engine passes one per batch, renewed when the batch drains."""
+    before = getattr(_PACKED, "rows", 0), getattr(_PACKED, "session", None)
+    _PACKED.rows, _PACKED.session = max(1, rows), object() if session is None else session
     try:
         yield
     finally:
-        _PACKED.rows = before
+        _PACKED.rows, _PACKED.session = before
 
 # %% ../nbs/04_model.ipynb #81499c8e
 def rotary_tables(

@@ -785,7 +785,7 @@ class ContinuousBatch:
         self.waiting: deque = deque()  # (id, Request)
         self._next_id, self._cancelled, self._lock = first_id, set(), threading.Lock()
         self._joining: set = set()  # ids taken from `waiting` and being prefilled (still cancellable)
-        self._session = object()  # this batch's CPU weight layouts (04): renewed whenever the batch drains
+        self._session = object()  # this batch's CPU weight layouts (04): made afresh for each batch
         self.admitted = 0  # requests prefilled so far (a cancelled waiting one never is)
 
     @property
@@ -941,8 +941,6 @@ def step(self: ContinuousBatch) -> list[TokenEvent]:
         if self.rows[r].rid in cancelled:
             events.append(TokenEvent(self.rows[r].rid, None, False, "cancelled"))
             self._drop(r)
-    if not self.rows:  # drained: the rows joining now get fresh weight layouts (writes past the version counter)
-        self._session = object()
     joining = []  # (id, request, budget): prefilled together below
     while len(self.rows) + len(joining) < self.max_rows:
         with self._lock:

@@ -174,7 +174,7 @@ def packed_cpu_weights(
     matrix-vector product, oneDNN's prepacked layout for large weights at >= 4 rows. Each is made on first use in a
     session and again after its weight changes (its version counter: an optimizer step, `copy_`, a state dict load).
     Writes that bypass the counter (`w.data.mul_`, numpy views) are seen from the next session on: a plain `with` is
-    its own session; an engine passes one per batch, renewed when the batch drains."""
+    its own session; an engine's `ContinuousBatch` is one."""
     before = getattr(_PACKED, "rows", 0), getattr(_PACKED, "session", None)
     _PACKED.rows, _PACKED.session = max(1, rows), object() if session is None else session
     try:

@@ -397,6 +397,7 @@ class OptimConfig:
     embedding_lr: float = 0.2  # AdamW lr for token and value embeddings
     unembedding_lr: float = 0.004  # AdamW lr for the lm head
     scalar_lr: float = 0.5  # AdamW lr for per-layer scalars
+    scalar_eps: float = 1e-8  # AdamW eps for the scalars: above the rounding of their zero gradient at step 0
     weight_decay: float = 0.0  # decoupled weight decay, 2-D parameters only
     muon_method: Literal["newton_schulz", "polar_express", "svd"] = "newton_schulz"  # Muon's orthogonalisation
     normuon: bool = False  # NorMuon: Muon's update normalised per output neuron
@@ -413,7 +414,8 @@ class OptimConfig:
         )
         muon = dict(muon_method=self.muon_method, normuon=self.normuon, cautious_wd=self.cautious_wd)
         muon |= dict(stacked=self.muon_stacked)
-        return {k: v * scale for k, v in lrs.items()} | dict(weight_decay=self.weight_decay) | muon
+        rest = dict(weight_decay=self.weight_decay, scalar_eps=self.scalar_eps)
+        return {k: v * scale for k, v in lrs.items()} | rest | muon
 
 # %% ../nbs/05_optim.ipynb #e60abd53
 PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
@@ -446,7 +448,8 @@ def build_optimizer(
     scalar_lr: float = OptimConfig.scalar_lr,
     weight_decay: float = OptimConfig.weight_decay,  # on 2-D (and stacked) parameters only
     adam_betas: tuple[float, float] = (0.8, 0.95),
-    adam_eps: float = 1e-10,
+    adam_eps: float = 1e-10,  # AdamW's eps for the embeddings and the lm head
+    scalar_eps: float = OptimConfig.scalar_eps,  # and for the scalars (see the factory's notes)
     muon_momentum: float = 0.95,
     muon_method: str = "newton_schulz",  # 'polar_express' or 'svd' (exact, slow)
     normuon: bool = False,  # `normuon_normalize` on Muon's update
@@ -487,7 +490,7 @@ def build_optimizer(
                         params=sel,
                         lr=lr * scale,
                         betas=tuple(adam_betas),
-                        eps=adam_eps,
+                        eps=scalar_eps if key == "scalar" else adam_eps,
                         weight_decay=wd,
                     )
                 )

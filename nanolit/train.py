@@ -107,7 +107,7 @@ POSITIVE = ("depth", "aspect_ratio", "head_dim", "sequence_len", "eval_tokens", 
 POSITIVE += ("cp", "moe_top_k", "pad_vocab_to")  # ints >= 1
 AUTO = ("total_batch_size", "sample_every", "microbatches", "moe_hidden")  # -1 (derived) or ints >= 1
 RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac")
-RATES += ("warmup_steps", "moe_aux_coef", "wd_tau")  # finite numbers >= 0
+RATES += ("warmup_steps", "moe_aux_coef", "wd_tau", "scalar_eps")  # finite numbers >= 0
 
 
 def check_values(
@@ -1037,7 +1037,16 @@ def resume_training(
         )
     check_resume(meta, t.n_slots, run.world, t.accum)  # checkpoints from before tokens_per_step was saved
     # the optimizer state brings back the checkpoint's lrs and decay: a changed flag would be silently ignored
-    for k in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "wd_tau", "lr_ref_batch"):
+    for k in (
+        "matrix_lr",
+        "embedding_lr",
+        "unembedding_lr",
+        "scalar_lr",
+        "scalar_eps",
+        "weight_decay",
+        "wd_tau",
+        "lr_ref_batch",
+    ):
         if k in old and old[k] != getattr(run.cfg, k):
             flag = f"--{k.replace('_', '-')}"
             raise ValueError(

@@ -275,9 +275,9 @@ def with_gpt2(rows: list[dict]) -> list[dict]:
 
 
 def gpt2_lines(rows: list[dict]) -> list[str]:
-    "A small text table: our accuracy beside GPT-2's on the tasks with published figures."
+    "A small text table from `with_gpt2`'s rows: our accuracy beside GPT-2's on the tasks with published figures."
     out = [f"{'task':20s} {'ours':>7s} {'GPT-2':>7s} {'GPT-2 XL':>8s}  (accuracy; GPT-2 on the official items)"]
-    for r in with_gpt2(rows):
+    for r in rows:
         if r["gpt2_xl"] != "":
             out.append(f"{r['task']:20s} {r['accuracy']:7.4f} {r['gpt2_124m']:7.3f} {r['gpt2_xl']:8.3f}")
     return out + [f"{'CORE':20s} {'':7s} {GPT2_CORE['gpt2_124m']['core']:7.4f} {GPT2_CORE['gpt2_xl']['core']:8.4f}"]
@@ -409,11 +409,11 @@ def run_base(model, tok, meta: dict, stage: str, tag: str, max_per_task, tasks) 
             f"no CORE eval data under {eval_data_dir()}; build it first with `nanolit-eval data` "
             "(or `python -m nanolit.evaluate base --build`)"
         )
-    title = base_title(res)
-    print0("\n".join(gpt2_lines(res["rows"])))
+    title, rows = base_title(res), with_gpt2(res["rows"])
+    print0("\n".join(gpt2_lines(rows)))
     print0(title)
     print0(f"missing ({len(res['missing'])}): {', '.join(res['missing'])}")
-    return dict(res, rows=with_gpt2(res["rows"])), title
+    return dict(res, rows=rows), title
 
 
 def trained_on(meta: dict, stage: str, tag: str) -> dict:

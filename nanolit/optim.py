@@ -6,6 +6,7 @@ Docs: https://nanolit.github.io/nanolit/optim.html.md"""
 
 # %% ../nbs/05_optim.ipynb #2246b547
 from __future__ import annotations
+import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -403,6 +404,14 @@ class OptimConfig:
     normuon: bool = False  # NorMuon: Muon's update normalised per output neuron
     cautious_wd: bool = False  # weight decay only where update and weight agree in sign (Muon groups)
     muon_stacked: bool = False  # step same-shape matrices as one stack (one batched orthogonalisation per shape)
+    adam_beta1: float = 0.8  # AdamW's beta1 in every AdamW group (nanochat's)
+    adam_beta2: float = 0.95  # and its beta2, unless a group's own below differs
+    embedding_beta2: float = 0.95  # the embeddings' beta2 (nanochat today: 0.995)
+    unembedding_beta2: float = 0.95  # the lm head's beta2 (nanochat today: 0.96)
+    x0_beta1: float = 0.8  # the x0 scalars' beta1 (nanochat today: 0.96); unlike adam_beta1: a group of their own
+    resid_lr_frac: float = 1.0  # the residual scalars' lr / scalar_lr (nanochat today: 0.01); not 1: their own group
+    muon_momentum_warmup: int = 300  # steps of Muon momentum warmup, 0.85 -> 0.95 (modded-nanogpt)
+    muon_momentum_cooldown: int = 0  # last steps of a momentum cooldown back to 0.85 (modded-nanogpt: 50); 0: none
 
     def optimizer_kwargs(self, scale: float = 1.0) -> dict:
         "The keyword arguments of `build_optimizer`, every lr times `scale` (SFT and RL start at a fraction)."
@@ -414,11 +423,41 @@ class OptimConfig:
         )
         muon = dict(muon_method=self.muon_method, normuon=self.normuon, cautious_wd=self.cautious_wd)
         muon |= dict(stacked=self.muon_stacked)
+        if self.resid_lr_frac != 1:  # their own group; at 1 they stay in the scalar group (as checkpoints before)
+            lrs["resid_lr"] = self.resid_lr_frac * self.scalar_lr
+        b1, b2 = self.adam_beta1, self.adam_beta2
+        betas = dict(adam_betas=(b1, b2), embedding_betas=(b1, self.embedding_beta2))
+        betas |= dict(unembedding_betas=(b1, self.unembedding_beta2))
+        if self.x0_beta1 != b1:
+            betas["x0_betas"] = (self.x0_beta1, b2)
         rest = dict(weight_decay=self.weight_decay, scalar_eps=self.scalar_eps)
-        return {k: v * scale for k, v in lrs.items()} | rest | muon
+        return {k: v * scale for k, v in lrs.items()} | rest | muon | betas
+
+    def check_optim(self) -> None:
+        "ValueError naming the first invalid optimizer field (as the command line spells it): betas, fractions, steps."
+        for n in ("adam_beta1", "adam_beta2", "embedding_beta2", "unembedding_beta2", "x0_beta1"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ValueError(f"--{n.replace('_', '-')} {v!r}: must be a number in [0, 1)")
+        v = self.resid_lr_frac
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"--resid-lr-frac {v!r}: must be a finite number >= 0")
+        for n in ("muon_momentum_warmup", "muon_momentum_cooldown"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"--{n.replace('_', '-')} {v!r}: must be an int >= 0 (steps)")
+
+    def momentum(
+        self,
+        step: int,  # a trained step, 0..num_steps-1
+        num_steps: int,  # the horizon (the cooldown ends at its last step)
+    ) -> float:
+        "Muon's momentum at `step` with this config's warmup and cooldown (`muon_momentum`)."
+        w, c = self.muon_momentum_warmup, self.muon_momentum_cooldown
+        return muon_momentum(step, warmup=w, cooldown=c, num_steps=num_steps)
 
 # %% ../nbs/05_optim.ipynb #e60abd53
-PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar")
+PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar", "resid", "x0")  # resid, x0: the residual scalars
 
 
 def check_param_groups(param_groups: dict[str, list]):
@@ -447,7 +486,11 @@ def build_optimizer(
     unembedding_lr: float = OptimConfig.unembedding_lr,
     scalar_lr: float = OptimConfig.scalar_lr,
     weight_decay: float = OptimConfig.weight_decay,  # on 2-D (and stacked) parameters only
-    adam_betas: tuple[float, float] = (0.8, 0.95),
+    adam_betas: tuple[float, float] = (0.8, 0.95),  # every AdamW group's, unless its own below is given
+    embedding_betas: tuple[float, float] | None = None,  # the embeddings' (None: adam_betas)
+    unembedding_betas: tuple[float, float] | None = None,  # the lm head's (None: adam_betas)
+    resid_lr: float | None = None,  # "resid" in a group of its own at this lr (None: in the scalar group)
+    x0_betas: tuple[float, float] | None = None,  # "x0" in a group of its own with these betas (None: scalar group)
     adam_eps: float = 1e-10,  # AdamW's eps for the embeddings and the lm head
     scalar_eps: float = OptimConfig.scalar_eps,  # and for the scalars (see the factory's notes)
     muon_momentum: float = 0.95,
@@ -476,8 +519,17 @@ def build_optimizer(
                 stacked=stacked,
             )
         )
-    for key, lr in (("embedding", embedding_lr), ("lm_head", unembedding_lr), ("scalar", scalar_lr)):
-        ps = list(param_groups.get(key, []))
+    get = lambda k: list(param_groups.get(k, []))  # noqa: E731
+    resid, x0 = get("resid"), get("x0")
+    scalars = (resid if resid_lr is None else []) + (x0 if x0_betas is None else []) + get("scalar")  # merged first
+    adamw = [
+        ("embedding", get("embedding"), embedding_lr, embedding_betas or adam_betas, adam_eps),
+        ("lm_head", get("lm_head"), unembedding_lr, unembedding_betas or adam_betas, adam_eps),
+        ("scalar", scalars, scalar_lr, adam_betas, scalar_eps),
+        ("resid", resid if resid_lr is not None else [], resid_lr, adam_betas, scalar_eps),
+        ("x0", x0 if x0_betas is not None else [], scalar_lr, x0_betas, scalar_eps),
+    ]
+    for key, ps, lr, betas, eps in adamw:
         for suffix, sel, wd in (
             ("", [p for p in ps if p.ndim >= 2], weight_decay),
             ("_1d", [p for p in ps if p.ndim < 2], 0.0),
@@ -489,8 +541,8 @@ def build_optimizer(
                         name=key + suffix,
                         params=sel,
                         lr=lr * scale,
-                        betas=tuple(adam_betas),
-                        eps=scalar_eps if key == "scalar" else adam_eps,
+                        betas=tuple(betas),
+                        eps=eps,
                         weight_decay=wd,
                     )
                 )
@@ -565,12 +617,21 @@ def muon_momentum(
     warmup: int = 300,  # steps from `start` to `end`
     start: float = 0.85,
     end: float = 0.95,
+    cooldown: int = 0,  # the last steps, from `end` back down to `start` at the last trained step
+    num_steps: int | None = None,  # the horizon N (needed with a cooldown)
 ) -> float:
-    "Muon momentum at `step`: linear from `start` to `end` over `warmup` steps, then `end` (modded-nanogpt's warmup)."
-    if step < 0 or warmup < 0:
-        raise ValueError(f"step and warmup must be >= 0, got {step}, {warmup}")
+    """Muon momentum at `step`: linear from `start` to `end` over `warmup` steps, `end`, then with a `cooldown` linear
+    down to exactly `start` at step N-1 (modded-nanogpt's schedule); where the two overlap, the lower line."""
+    if step < 0 or warmup < 0 or cooldown < 0:
+        raise ValueError(f"step, warmup and cooldown must be >= 0, got {step}, {warmup}, {cooldown}")
     frac = min(step / warmup, 1.0) if warmup > 0 else 1.0
-    return (1 - frac) * start + frac * end
+    m = (1 - frac) * start + frac * end
+    if cooldown:
+        if num_steps is None or not 0 <= step < num_steps:
+            raise ValueError(f"a cooldown needs num_steps > step, got step {step}, num_steps {num_steps}")
+        left = min((num_steps - 1 - step) / cooldown, 1.0)  # 1 before the cooldown, 0 at the last trained step
+        m = min(m, start + left * (end - start))
+    return m
 
 
 def apply_lr(

@@ -217,6 +217,7 @@ class RLConfig(OptimConfig, RunConfig):
     def check(self) -> None:
         "ValueError naming the first invalid field: the shared ones (`RunConfig.check`), then temperature and top_k."
         RunConfig.check(self)
+        self.check_optim()
         if not self.temperature > 0:
             raise ValueError(
                 f"RL needs temperature > 0, got {self.temperature}: the policy gradient is that of the sampling "

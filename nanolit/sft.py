@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from .core import dist_cleanup, print0, cli_from_dataclass
 from .tokenizer import Tokenizer, get_tokenizer
 from .model import GPT
-from .optim import OptimConfig, build_optimizer, lr_multiplier, muon_momentum, apply_lr, apply_muon_momentum
+from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
 from .parallel.mesh import init_mesh
 from .parallel.tensor_parallel import TensorParallel, full_state_dict, load_full_state_dict
@@ -683,8 +683,9 @@ class SFTConfig(OptimConfig, RunConfig):
     sp: bool = False  # sequence parallel on top of tp
 
     def check(self) -> None:
-        "ValueError naming the first invalid field: the shared ones (`RunConfig.check`), then tp and sp."
+        "ValueError naming the first invalid field: the shared ones (`RunConfig.check`), the optimizer's, tp and sp."
         RunConfig.check(self)
+        self.check_optim()
         if isinstance(self.tp, bool) or not isinstance(self.tp, int) or self.tp < 1:
             self.bad("tp", "must be an int >= 1")
         if self.sp and self.tp == 1:
@@ -904,7 +905,7 @@ def sft_schedule(
     "Set the learning rates and Muon momentum of `step` in every param group; returns the lr multiplier."
     lrm = lr_multiplier(step, num_steps, 0, cfg.warmdown_ratio, 0.0)
     apply_lr(optimizer, lrm)
-    apply_muon_momentum(optimizer, muon_momentum(step))
+    apply_muon_momentum(optimizer, cfg.momentum(step, num_steps))
     return lrm
 
 

@@ -123,13 +123,15 @@ class GPTStage(nn.Module):
         return vocab_parallel_cross_entropy(logits, targets, self.tp_group, self.config.vocab_size, ignore_index=-1)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
-        "This stage's parameters by optimizer treatment, as `GPT.param_groups` (matrix, embedding, lm_head, scalar)."
+        "This stage's parameters by optimizer treatment, as `GPT.param_groups` (matrix, embedding, lm_head, scalars)."
         blocks = [p for b in self.blocks.values() for p in b.parameters()]
         return dict(
             matrix=[p for p in blocks if p.ndim >= 2],
             embedding=([self.wte.weight] if self.is_first else []) + [e.weight for e in self.value_embeds.values()],
             lm_head=[self.lm_head.weight] if self.is_last else [],
-            scalar=[self.resid_lambdas, self.x0_lambdas] + [p for p in blocks if p.ndim < 2],
+            resid=[self.resid_lambdas],
+            x0=[self.x0_lambdas],
+            scalar=[p for p in blocks if p.ndim < 2],
         )
 
 
@@ -589,6 +591,7 @@ class Pipeline:
 
 # %% ../../nbs/06d_pipeline_parallel.ipynb #53aa4ff7
 PARAM_GROUP_ORDER = ("matrix", "embedding", "embedding_1d", "lm_head", "lm_head_1d", "scalar", "scalar_1d")
+PARAM_GROUP_ORDER += ("resid_1d", "x0_1d")  # the residual scalars, when the factory gives them groups of their own
 
 
 def gather_param_groups(

@@ -19,11 +19,11 @@ from torch import Tensor
 from .core import COMPUTE_DTYPE
 
 # %% auto #0
-__all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'adamw_update_',
-           'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update', 'normuon_normalize', 'apply_update_',
-           'muon_step_', 'MuonAdamW', 'muon_hparams', 'muon_group_step_stacked', 'OptimConfig', 'check_param_groups',
-           'build_optimizer', 'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum', 'apply_lr',
-           'apply_muon_momentum']
+__all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'OPTIM_BEFORE',
+           'KEPT_RATES', 'adamw_update_', 'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update',
+           'normuon_normalize', 'apply_update_', 'muon_step_', 'MuonAdamW', 'muon_hparams', 'muon_group_step_stacked',
+           'OptimConfig', 'check_param_groups', 'build_optimizer', 'check_rates_kept', 'warmup_warmdown_steps',
+           'lr_multiplier', 'muon_momentum', 'apply_lr', 'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
@@ -552,6 +552,31 @@ def build_optimizer(
     for g in opt.param_groups:
         g["initial_lr"] = g["lr"]
     return opt
+
+# %% ../nbs/05_optim.ipynb #ca17c29f
+# the optimizer fields newer than the first checkpoints, at the values those were trained with (their groups keep them)
+OPTIM_BEFORE = dict(adam_beta1=0.8, adam_beta2=0.95, embedding_beta2=0.95, unembedding_beta2=0.95, x0_beta1=0.8)
+OPTIM_BEFORE |= dict(resid_lr_frac=1.0)
+KEPT_RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "scalar_eps", "weight_decay", *OPTIM_BEFORE)
+
+
+def check_rates_kept(
+    old: dict,  # the checkpoint's saved config (its meta's "config"); {} for one without: nothing to compare
+    cfg,  # this run's config, an `OptimConfig` (TrainConfig, SFTConfig, RLConfig)
+    where,  # the checkpoint's run dir, for the message
+    extra: tuple = (),  # more fields its optimizer state keeps (11: wd_tau, lr_ref_batch; 12, 13: init_lr_frac)
+) -> None:
+    "ValueError naming every rate `cfg` changes that a checkpoint's optimizer state keeps (lrs, decay, eps, betas)."
+    if not old:
+        return
+    was = {k: old.get(k, OPTIM_BEFORE.get(k)) for k in (*KEPT_RATES, *extra)}  # a newer field: its value before
+    diff = {k: v for k, v in was.items() if v is not None and v != getattr(cfg, k)}
+    if diff:
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in diff.items())
+        raise ValueError(
+            f"cannot resume from {where}: it was trained with {flags}, and its optimizer state keeps that; resume "
+            f"with {'that flag' if len(diff) == 1 else 'those flags'}, or start a new --tag"
+        )
 
 # %% ../nbs/05_optim.ipynb #7e7fd550
 def _whole(v, name: str) -> int:

@@ -26,6 +26,7 @@ from .tokenizer import get_tokenizer
 from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
+from .optim import check_rates_kept
 from .parallel.mesh import MeshLayout, init_mesh
 from .parallel.data_parallel import DP_MODES, ZERO2_BUCKET_MB, DataParallel, clip_grad_norm_
 from .parallel.tensor_parallel import TensorParallel
@@ -40,8 +41,8 @@ from .run import Run, RunConfig, check_resume
 
 # %% auto #0
 __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'BATCH_REF', 'BATCH_EXPONENT',
-           'PLAN_GPUS', 'PLAN_MFUS', 'PLAN_CAPABILITY', 'SAMPLE_PROMPTS', 'OPTIM_BEFORE', 'main', 'TrainConfig',
-           'check_values', 'check_layout', 'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes',
+           'PLAN_GPUS', 'PLAN_MFUS', 'PLAN_CAPABILITY', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values',
+           'check_layout', 'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes',
            'device_memory_bytes', 'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank',
            'train_memory_bytes', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling',
            'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name',
@@ -1014,11 +1015,6 @@ def load_train_state(
         t.optimizer.load_state_dict(optim_sd)
 
 
-# the optimizer fields a checkpoint saved before they existed was trained with (its param groups keep these values)
-OPTIM_BEFORE = dict(adam_beta1=0.8, adam_beta2=0.95, embedding_beta2=0.95, unembedding_beta2=0.95, x0_beta1=0.8)
-OPTIM_BEFORE |= dict(resid_lr_frac=1.0)
-
-
 def resume_training(
     run: Run,  # the run (10b), resuming
     t: TrainSetup,  # what `setup_training` built
@@ -1042,25 +1038,7 @@ def resume_training(
             f"(any world whose data ranks x accumulation steps is {saved[1]})"
         )
     check_resume(meta, t.n_slots, run.world, t.accum)  # checkpoints from before tokens_per_step was saved
-    # the optimizer state brings back the checkpoint's lrs and decay: a changed flag would be silently ignored
-    for k in (
-        "matrix_lr",
-        "embedding_lr",
-        "unembedding_lr",
-        "scalar_lr",
-        "scalar_eps",
-        "weight_decay",
-        "wd_tau",
-        "lr_ref_batch",
-        *OPTIM_BEFORE,
-    ):
-        was = old.get(k, OPTIM_BEFORE.get(k)) if old else None  # a field newer than the checkpoint: its old value
-        if was is not None and was != getattr(run.cfg, k):
-            flag = f"--{k.replace('_', '-')}"
-            raise ValueError(
-                f"cannot resume from {run.dir}: it was trained with {flag} {was}, and its optimizer state keeps "
-                f"that; resume with {flag} {was}, or start a new --tag"
-            )
+    check_rates_kept(old, run.cfg, run.dir, ("wd_tau", "lr_ref_batch"))  # the optimizer state keeps its rates (05)
     if "lr_scale" in meta and not math.isclose(meta["lr_scale"], t.plan.lr_scale):
         raise ValueError(
             f"cannot resume from {run.dir}: its plan scaled every lr by {meta['lr_scale']:.4g}, this run's by "

@@ -92,7 +92,10 @@ STEPS, PP, DP, LOCAL_B, M = 3, 2, 2, 4, 2
 
 
 def _opt(groups):
-    return build_optimizer(groups, matrix_lr=0.02, embedding_lr=0.2, unembedding_lr=0.004, scalar_lr=0.5)
+    # per-group settings on: the residual scalars in groups of their own, as each stage holds its slice of them
+    return build_optimizer(groups, matrix_lr=0.02, embedding_lr=0.2, unembedding_lr=0.004, scalar_lr=0.5,
+                           embedding_betas=(0.8, 0.995), unembedding_betas=(0.8, 0.96), resid_lr=0.005,
+                           x0_betas=(0.96, 0.95))
 
 
 def _f64(fn):

@@ -40,13 +40,16 @@ def test_dp_equals_single_process(tiny_base_dir, world, accum):
 
 
 RECIPE = dict(smear=True, backout=True, long_docs="mix", tail_share=0.3, muon_method="polar_express",
-              weight_decay=0.1, cautious_wd=True, qk_gain=True, ve_gate_input=True, pad_vocab_to=64)
+              weight_decay=0.1, cautious_wd=True, qk_gain=True, ve_gate_input=True, pad_vocab_to=64,
+              embedding_beta2=0.995, unembedding_beta2=0.96, x0_beta1=0.96, resid_lr_frac=0.01,  # own AdamW groups
+              muon_momentum_cooldown=2)
 
 
 @pytest.mark.parametrize("dp_mode,extra", [("naive", dict(normuon=True)), ("zero1", {}), ("zero2", {})])
 def test_dp_equals_single_process_with_the_recipe_pieces(tiny_base_dir, dp_mode, extra):
     """Issue 16's pieces on (smear, backout, QK gain, input value-embedding gates, a padded head, the head/tail
-    loader, Polar Express, cautious decay; NorMuon where its state is unsharded): world 2 equals one process with the
+    loader, Polar Express, cautious decay, per-group AdamW settings with the residual scalars in groups of their own, a
+    momentum cooldown; NorMuon where its state is unsharded): world 2 equals one process with the
     same total batch, float64."""
     total = SMALL["device_batch_size"] * SMALL["sequence_len"] * 2
     kw = dict(total_batch_size=total, **RECIPE, **extra)

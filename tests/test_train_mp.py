@@ -21,7 +21,8 @@ from _helpers import assert_same_run, fp64, train_fp64
 
 # depth 4 so that pp=4 has a layer per stage; width 128 = 4 heads of 32, so tp=2 splits heads whole
 SMALL = dict(depth=4, aspect_ratio=32, head_dim=32, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=256,
-             progress=False, sample_every=-1, loader_buffer=8, num_iterations=3, grad_clip=0.5)
+             progress=False, sample_every=-1, loader_buffer=8, num_iterations=3, grad_clip=0.5,
+             x0_beta1=0.96, resid_lr_frac=0.01)  # the residual scalars in AdamW groups of their own, on every stage
 MOE = dict(moe_experts=4, moe_top_k=2, moe_hidden=64)
 BT = SMALL["device_batch_size"] * SMALL["sequence_len"]
 TOL = dict(atol=1e-5, rtol=1e-5)

@@ -14,7 +14,8 @@ from _helpers import assert_same_run, fp64, train_fp64
 
 # head_dim 32 at depth 2: n_embd 128, 4 heads, so tp 4 splits the heads whole
 SMALL = dict(depth=2, head_dim=32, sequence_len=32, device_batch_size=2, eval_every=-1, eval_tokens=256, progress=False,
-             sample_every=-1, loader_buffer=8, num_iterations=3, grad_clip=0.5)
+             sample_every=-1, loader_buffer=8, num_iterations=3, grad_clip=0.5,
+             x0_beta1=0.96, resid_lr_frac=0.01)  # the residual scalars in AdamW groups of their own (replicated)
 BT = SMALL["device_batch_size"] * SMALL["sequence_len"]
 
 

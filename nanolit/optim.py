@@ -406,10 +406,10 @@ class OptimConfig:
     muon_stacked: bool = False  # step same-shape matrices as one stack (one batched orthogonalisation per shape)
     adam_beta1: float = 0.8  # AdamW's beta1 in every AdamW group (nanochat's)
     adam_beta2: float = 0.95  # and its beta2, unless a group's own below differs
-    embedding_beta2: float = 0.95  # the embeddings' beta2 (nanochat today: 0.995)
-    unembedding_beta2: float = 0.95  # the lm head's beta2 (nanochat today: 0.96)
-    x0_beta1: float = 0.8  # the x0 scalars' beta1 (nanochat today: 0.96); unlike adam_beta1: a group of their own
-    resid_lr_frac: float = 1.0  # the residual scalars' lr / scalar_lr (nanochat today: 0.01); not 1: their own group
+    embedding_beta2: float = 0.995  # the embeddings' beta2 (nanochat's; before 2026-12: 0.95)
+    unembedding_beta2: float = 0.96  # the lm head's beta2 (nanochat's; before: 0.95)
+    x0_beta1: float = 0.96  # the x0 scalars' beta1 (nanochat's; before: 0.8); unlike adam_beta1: a group of their own
+    resid_lr_frac: float = 0.01  # the residual scalars' lr / scalar_lr (nanochat's; before: 1); not 1: their own group
     muon_momentum_warmup: int = 300  # steps of Muon momentum warmup, 0.85 -> 0.95 (modded-nanogpt)
     muon_momentum_cooldown: int = 0  # last steps of a momentum cooldown back to 0.85 (modded-nanogpt: 50); 0: none
 

@@ -20,10 +20,11 @@ from .core import COMPUTE_DTYPE
 
 # %% auto #0
 __all__ = ['NS_QUINTIC', 'NS_CLASSICAL', 'POLAR_EXPRESS', 'MUON_DEFAULTS', 'ADAMW_DEFAULTS', 'PARAM_GROUP_KEYS', 'OPTIM_BEFORE',
-           'KEPT_RATES', 'adamw_update_', 'AdamW', 'polar_svd', 'newton_schulz', 'polar_express', 'muon_update',
-           'normuon_normalize', 'apply_update_', 'muon_step_', 'MuonAdamW', 'muon_hparams', 'muon_group_step_stacked',
-           'OptimConfig', 'check_param_groups', 'build_optimizer', 'check_rates_kept', 'warmup_warmdown_steps',
-           'lr_multiplier', 'muon_momentum', 'apply_lr', 'apply_muon_momentum']
+           'KEPT_RATES', 'SCHEDULES', 'SCHEDULES_BEFORE', 'adamw_update_', 'AdamW', 'polar_svd', 'newton_schulz',
+           'polar_express', 'muon_update', 'normuon_normalize', 'apply_update_', 'muon_step_', 'MuonAdamW',
+           'muon_hparams', 'muon_group_step_stacked', 'OptimConfig', 'check_param_groups', 'build_optimizer',
+           'check_rates_kept', 'schedule_changes', 'warmup_warmdown_steps', 'lr_multiplier', 'muon_momentum',
+           'apply_lr', 'apply_muon_momentum']
 
 # %% ../nbs/05_optim.ipynb #44105281
 @torch.no_grad()
@@ -439,6 +440,9 @@ class OptimConfig:
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
                 raise ValueError(f"--{n.replace('_', '-')} {v!r}: must be a number in [0, 1)")
+        v = self.scalar_eps  # 0 would divide the scalars' zero gradient at step 0 by 0: NaN from the first step
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+            raise ValueError(f"--scalar-eps {v!r}: must be a finite number > 0")
         v = self.resid_lr_frac
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
             raise ValueError(f"--resid-lr-frac {v!r}: must be a finite number >= 0")
@@ -577,6 +581,23 @@ def check_rates_kept(
             f"cannot resume from {where}: it was trained with {flags}, and its optimizer state keeps that; resume "
             f"with {'that flag' if len(diff) == 1 else 'those flags'}, or start a new --tag"
         )
+
+
+SCHEDULES = ("muon_momentum_warmup", "muon_momentum_cooldown")  # Muon's momentum schedule (a stage adds its lr's)
+SCHEDULES_BEFORE = dict(muon_momentum_warmup=300, muon_momentum_cooldown=0)  # what runs before the fields had
+
+
+def schedule_changes(
+    old: dict,  # the checkpoint's saved config; {} for one without: nothing to compare
+    cfg,  # this run's config
+    fields: tuple,  # the schedule fields the stage follows (11: SCHEDULES + warmup_steps, warmdown_ratio, ...)
+) -> str:
+    "The schedule flags a resume changes, as `--flag old -> new` (the rest of the run follows the new); '' if none."
+    was = {k: old.get(k, SCHEDULES_BEFORE.get(k)) for k in fields} if old else {}
+    diff = [
+        f"--{k.replace('_', '-')} {v} -> {getattr(cfg, k)}" for k, v in was.items() if v not in (None, getattr(cfg, k))
+    ]
+    return ", ".join(diff)
 
 # %% ../nbs/05_optim.ipynb #7e7fd550
 def _whole(v, name: str) -> int:

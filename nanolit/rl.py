@@ -25,7 +25,7 @@ from .core import dist_cleanup, print0, get_base_dir, git_commit, cli_from_datac
 from .tokenizer import Tokenizer
 from .model import GPT
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr
-from .optim import check_rates_kept
+from .optim import check_rates_kept, schedule_changes
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
 from .checkpoint import checkpoint_dir, list_checkpoints, load_dcp_checkpoint
 from .engine import Engine, sampling_logprobs
@@ -366,6 +366,8 @@ def rl_resume(
     step, saved = run.load_meta(s.num_steps, asdict(s.model.config), s.tok)
     if step < s.num_steps:  # the optimizer state comes too, and keeps the checkpoint's rates (05)
         check_rates_kept(saved.get("config") or {}, run.cfg, run.dir, ("init_lr_frac",))
+    if changed := schedule_changes(saved.get("config") or {}, run.cfg, ("warmdown_ratio",)):
+        print0(f"warning: resuming {run.dir} on another schedule ({changed}): it applies from step {step} on")
     load_dcp_checkpoint(run.dir, s.model, s.optimizer if step < s.num_steps else None, step)  # the last: weights only
     run.restore(saved)  # RNG state and history; a step's problems and rollout seeds depend on the step alone
     print0(f"resumed from {run.dir} at step {step} of {s.num_steps}")

@@ -27,7 +27,7 @@ from .core import dist_cleanup, print0, cli_from_dataclass
 from .tokenizer import Tokenizer, get_tokenizer
 from .model import GPT
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
-from .optim import check_rates_kept
+from .optim import SCHEDULES, check_rates_kept, schedule_changes
 from .parallel.data_parallel import allreduce_gradients, broadcast_parameters, group_size
 from .parallel.mesh import init_mesh
 from .parallel.tensor_parallel import TensorParallel, full_state_dict, load_full_state_dict
@@ -956,6 +956,8 @@ def sft_resume(
     optimizer = s.optimizer if step < s.num_steps else None  # the last checkpoint holds the weights alone
     if optimizer is not None:  # its state keeps the checkpoint's rates (05)
         check_rates_kept(saved.get("config") or {}, run.cfg, run.dir, ("init_lr_frac",))
+    if changed := schedule_changes(saved.get("config") or {}, run.cfg, (*SCHEDULES, "warmdown_ratio")):
+        print0(f"warning: resuming {run.dir} on another schedule ({changed}): it applies from step {step} on")
     if lay.tp == 1:
         load_dcp_checkpoint(run.dir, s.model, optimizer, step)
     elif optimizer is None:

@@ -26,7 +26,7 @@ from .tokenizer import get_tokenizer
 from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
-from .optim import check_rates_kept
+from .optim import SCHEDULES, check_rates_kept, schedule_changes
 from .parallel.mesh import MeshLayout, init_mesh
 from .parallel.data_parallel import DP_MODES, ZERO2_BUCKET_MB, DataParallel, clip_grad_norm_
 from .parallel.tensor_parallel import TensorParallel
@@ -108,7 +108,7 @@ POSITIVE = ("depth", "aspect_ratio", "head_dim", "sequence_len", "eval_tokens", 
 POSITIVE += ("cp", "moe_top_k", "pad_vocab_to")  # ints >= 1
 AUTO = ("total_batch_size", "sample_every", "microbatches", "moe_hidden")  # -1 (derived) or ints >= 1
 RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac")
-RATES += ("warmup_steps", "moe_aux_coef", "wd_tau", "scalar_eps")  # finite numbers >= 0
+RATES += ("warmup_steps", "moe_aux_coef", "wd_tau")  # finite numbers >= 0 (scalar_eps > 0: `check_optim`, 05)
 
 
 def check_values(
@@ -1057,6 +1057,8 @@ def resume_training(
             f"warning: {run.dir} was planned for {was_planned} steps, this run plans {t.num_steps} "
             f"({why or 'a new plan'}): the lr schedule changes from step {step}"
         )
+    if changed := schedule_changes(old, run.cfg, (*SCHEDULES, "warmup_steps", "warmdown_ratio", "final_lr_frac")):
+        print0(f"warning: resuming {run.dir} on another schedule ({changed}): it applies from step {step} on")
     for k, before in (("long_docs", old.get("long_docs", "split")), ("tail_share", old.get("tail_share", 0.5))):
         if getattr(run.cfg, k) != before and (k == "long_docs" or run.cfg.long_docs == "mix"):
             flag = f"--{k.replace('_', '-')}"

@@ -46,10 +46,10 @@ __all__ = ['SOURCES', 'HEAD_PREFIX_CHARS', 'DataLoader', 'WEB_SOURCES', 'main', 
            'SourceUnavailable', 'split_paragraphs', 'fetch_apt', 'fetch_sdist', 'html_to_text', 'troff_to_text',
            'r_unserialize', 'read_r_lazyload', 'read_shakespeare', 'read_milton', 'read_austen', 'read_python_doc',
            'read_fortunes', 'read_jargon', 'read_linux_doc', 'read_files', 'read_dict', 'read_stdlib', 'Source',
-           'collect_documents', 'split_documents', 'print_corpus_summary', 'build_corpus', 'sha256_file',
-           'download_file', 'download_shards', 'list_parquet_files', 'TooFewRowGroups', 'CorruptShardError',
-           'ShardedDocuments', 'iter_documents', 'NoTails', 'BOSBestFitLoader', 'loader_fingerprint', 'HeadTailLoader',
-           'make_loader', 'CorpusConfig']
+           'fetched_from', 'collect_documents', 'split_documents', 'print_corpus_summary', 'build_corpus',
+           'sha256_file', 'download_file', 'download_shards', 'list_parquet_files', 'TooFewRowGroups',
+           'CorruptShardError', 'ShardedDocuments', 'iter_documents', 'NoTails', 'BOSBestFitLoader',
+           'loader_fingerprint', 'HeadTailLoader', 'make_loader', 'CorpusConfig']
 
 # %% ../nbs/02_data.ipynb #62941507
 def normalize_text(text: str) -> str:
@@ -194,7 +194,7 @@ def fetch_apt(
         raise SourceUnavailable(f"dpkg-deb -x {debs[-1].name} failed: {r.stderr.strip()[-300:]}")
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)
-    (root / ".nanolit-extracted").touch()
+    (root / ".nanolit-extracted").write_text(debs[-1].name)  # which version: the corpus manifest records it
     debs[-1].unlink()  # the extracted tree is the cache; the .deb is not needed again
     return root
 
@@ -230,7 +230,7 @@ def fetch_sdist(
             tf.extractall(tmp)  # Python < 3.10.12 has no extraction filters
     shutil.rmtree(root, ignore_errors=True)
     os.replace(tmp, root)
-    (root / ".nanolit-extracted").touch()
+    (root / ".nanolit-extracted").write_text(tars[-1].name)
     return root
 
 # %% ../nbs/02_data.ipynb #338e6cd0
@@ -702,6 +702,17 @@ def _keep(doc: str, frac: float) -> bool:
     return frac >= 1 or int(hashlib.sha1(doc.encode("utf-8", "replace")).hexdigest()[:8], 16) < frac * 2**32
 
 
+def fetched_from(
+    root: Path,  # an extracted source (`fetch_apt`, `fetch_sdist`) or the stdlib folder
+) -> dict:
+    "{'from': the package file a source was extracted from, e.g. 'linux-doc-6.1_6.1.158-1_all.deb'}, or {} if unknown."
+    marker = Path(root) / ".nanolit-extracted"
+    name = marker.read_text().strip() if marker.is_file() else ""
+    if not name and Path(root) == Path(sysconfig.get_paths()["stdlib"]):
+        name = f"python {sys.version.split()[0]} stdlib"
+    return {"from": name} if name else {}  # an extraction cached before the marker named its package: unknown
+
+
 def collect_documents(sources: list[Source], downloads: Path, max_doc_chars: int = 20_000) -> tuple[list[str], dict]:
     "Fetch and read `sources`; returns (documents, {source name: stats}). A failing source is skipped with a warning."
     docs, stats = [], {}
@@ -722,6 +733,7 @@ def collect_documents(sources: list[Source], downloads: Path, max_doc_chars: int
             stats[src.name] = dict(
                 status="ok", docs=n, chars=chars, seconds=round(time.time() - t0, 1), license=src.license
             )
+            stats[src.name] |= fetched_from(root)
         except Exception as e:  # any failure of one source: warn and go on
             print(f"warning: skipping source {src.name!r}: {type(e).__name__}: {e}")
             stats[src.name] = dict(status=f"skipped: {type(e).__name__}: {str(e)[:200]}", docs=n, chars=chars)

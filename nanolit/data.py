@@ -14,7 +14,6 @@ import hashlib
 import html.parser
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -742,14 +741,18 @@ def collect_documents(sources: list[Source], downloads: Path, max_doc_chars: int
     return docs, stats
 
 
+def _rank(doc: str, seed: int) -> bytes:
+    return hashlib.sha1(f"{seed}\0{doc}".encode("utf-8", "replace")).digest()
+
+
 def split_documents(docs: list[str], val_fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
-    "Drop exact duplicates, shuffle with `seed`, return (train, val) with val = the first max(1, round(f*n)) documents."
+    "Drop duplicates, order by a `seed`-keyed hash of each text; (train, val): val = the first max(1, round(f*n))."
     if not 0 < val_fraction < 1:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     uniq = list(dict.fromkeys(docs))
     if len(uniq) < 2:
         raise ValueError(f"need at least 2 distinct documents to split, got {len(uniq)}")
-    random.Random(seed).shuffle(uniq)
+    uniq.sort(key=lambda d: _rank(d, seed))  # a document's place depends on its own text only (see above)
     n_val = min(len(uniq) - 1, max(1, round(val_fraction * len(uniq))))
     return uniq[n_val:], uniq[:n_val]
 

@@ -795,6 +795,11 @@ def build_corpus(
         m = json.loads(mpath.read_text())
         if m.get("size") == size and all((data_dir / f).exists() for s in m["splits"].values() for f in s["files"]):
             print0(f"corpus ({size}) already built in {data_dir}; reusing it (force=True rebuilds)")
+            if m.get("format", 1) < 2:  # kept as it is: a rebuild would change the data under a run's checkpoints
+                print0(
+                    "note: this corpus has the val split of before 2026-12-04 (a shuffle, not the hash order); "
+                    "its bits per byte compare only with runs on this build"
+                )
             return data_dir
     srcs = [s for s in (sources if sources is not None else SOURCES) if size in s.sizes]
     downloads = get_base_dir() / "downloads"
@@ -815,7 +820,7 @@ def build_corpus(
         files = write_shards(ds, data_dir, split, shard_chars=shard_chars, row_group_size=rg)
         splits[split] = dict(docs=len(ds), chars=sum(map(len, ds)), files=[f.name for f in files])
     manifest = dict(
-        format=1,
+        format=2,  # 2: val split by hash order (`split_documents`); 1: a seeded shuffle (before 2026-12-04)
         size=size,
         seed=seed,
         val_fraction=val_fraction,

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from fastcore.script import bool_arg, call_parse
 from matplotlib.figure import Figure
 
-from .core import dist_init, exit_on_user_error, get_base_dir, parse_device, print0
+from .core import dist_cleanup, dist_init, exit_on_user_error, get_base_dir, parse_device, print0
 from .data import download_file, iter_documents, list_parquet_files
 from .checkpoint import latest_tag, load_model
 from .engine import Engine
@@ -475,6 +475,9 @@ def main(
         res, title = run(model, tok, meta, stage, tag, max_per_task, names)
         if info.rank == 0:
             res["files"] = save_results(res["rows"], f"{stage}_{tag}_{what}", f"{stage}_{tag}_{what}: {title}")
+        if info.is_distributed:  # ranks leave together, and the group is closed: a rank that exited while rank 0
+            dist.barrier()  # still wrote its results once aborted in gloo's teardown (speedrun smoke test, CI)
+            dist_cleanup()
         return res
 
 # %% ../nbs/10a_evaluate.ipynb #383721bf

@@ -192,7 +192,10 @@ def test_rungs_equal_one_process(refs, world, accum):
         _close(out["naive_clip"], refs["muon_clip"], 1e-5, "naive_clip")
         _close(out["zero_clip"], refs["muon_clip"], 1e-5, "zero_clip")
         _close(out["zero2_clip"], refs["muon_clip"], 1e-5, "zero2_clip")
-        _close(out["zero2_clip"], out["zero_clip"], tol, "zero2_clip vs zero_clip")
+        # Not bitwise: the clip's global norm sums per-shard partial norms, and ZeRO-1 and ZeRO-2 (0.05 MB buckets)
+        # shard differently; the reduction kernel's vector width sets their rounding (AVX-512 kernels: a 1-ulp
+        # difference in one residual scalar, 2026-12-04; AVX2 and scalar kernels: equal). float64, so 1e-12.
+        _close(out["zero2_clip"], out["zero_clip"], tol or 1e-12, "zero2_clip vs zero_clip")
         # ZeRO-2: no communication before the last micro-step, every bucket launched during its backward
         assert info["zero2_per_micro"] == ([0] * (accum - 1) + [info["zero2_buckets"]]) * STEPS, info
         assert info["zero2_buckets"] > 4 and all(info["zero2_freed"]) and info["zero2_diff"] == 0.0

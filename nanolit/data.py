@@ -697,8 +697,12 @@ SOURCES += [  # the full corpus adds these
 ]
 
 # %% ../nbs/02_data.ipynb #40defac0
+def _digest(text: str) -> bytes:  # a document's content hash: what `_keep` samples by and the split orders by
+    return hashlib.sha1(text.encode("utf-8", "replace")).digest()
+
+
 def _keep(doc: str, frac: float) -> bool:
-    return frac >= 1 or int(hashlib.sha1(doc.encode("utf-8", "replace")).hexdigest()[:8], 16) < frac * 2**32
+    return frac >= 1 or int.from_bytes(_digest(doc)[:4], "big") < frac * 2**32
 
 
 def fetched_from(
@@ -741,10 +745,6 @@ def collect_documents(sources: list[Source], downloads: Path, max_doc_chars: int
     return docs, stats
 
 
-def _rank(doc: str, seed: int) -> bytes:
-    return hashlib.sha1(f"{seed}\0{doc}".encode("utf-8", "replace")).digest()
-
-
 def split_documents(docs: list[str], val_fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
     "Drop duplicates, order by a `seed`-keyed hash of each text; (train, val): val = the first max(1, round(f*n))."
     if not 0 < val_fraction < 1:
@@ -752,7 +752,7 @@ def split_documents(docs: list[str], val_fraction: float, seed: int = 0) -> tupl
     uniq = list(dict.fromkeys(docs))
     if len(uniq) < 2:
         raise ValueError(f"need at least 2 distinct documents to split, got {len(uniq)}")
-    uniq.sort(key=lambda d: _rank(d, seed))  # a document's place depends on its own text only (see above)
+    uniq.sort(key=lambda d: _digest(f"{seed}\0{d}"))  # a document's place depends on its own text only (see above)
     n_val = min(len(uniq) - 1, max(1, round(val_fraction * len(uniq))))
     return uniq[n_val:], uniq[:n_val]
 

@@ -30,9 +30,9 @@ from .engine import ContinuousBatch, Engine, QueueFull, TokenEvent, Utf8Stream
 from .engine import Request as EngineRequest
 
 # %% auto #0
-__all__ = ['ROLES', 'CHAT_HTML', 'ChatLimitError', 'prompt_tokens', 'stream_reply', 'ChatSession', 'chat_repl', 'RequestRefused',
-           'read_body', 'parse_json', 'sampling_options', 'request_prompt', 'EngineLoop', 'Generation', 'create_app',
-           'parse_sse', 'start_server', 'serve', 'chat_widget', 'main']
+__all__ = ['ROLES', 'CHAT_HTML', 'ChatLimitError', 'prompt_tokens', 'stream_reply', 'ReplyStream', 'ChatSession', 'chat_repl',
+           'RequestRefused', 'read_body', 'parse_json', 'sampling_options', 'request_prompt', 'EngineLoop',
+           'Generation', 'create_app', 'parse_sse', 'start_server', 'serve', 'chat_widget', 'main']
 
 # %% ../nbs/14_chat.ipynb #f057e1d8
 class ChatLimitError(ValueError):
@@ -112,6 +112,41 @@ def stream_reply(
             pieces.close()  # ends the engine's generator now: its KV cache is freed
 
 # %% ../nbs/14_chat.ipynb #90fbba2f
+# A generator's body (and its `finally`) never runs if it is dropped before its first `next`: the user message that
+# `stream` appended would wait for a reply forever ("the last user message has no reply yet"). This wrapper rolls it
+# back when it is closed or dropped unstarted; once started, the generator's own `finally` keeps or rolls back.
+class ReplyStream:
+    "The iterator of reply pieces that `ChatSession.stream` returns; closed or dropped unstarted, it rolls back."
+
+    def __init__(
+        self,
+        session,  # the `ChatSession`
+        pieces: Iterator[str],  # its reply generator
+        user: dict | None = None,  # the user message `stream` appended for this reply (None: it appended none)
+    ):
+        self._session, self._pieces, self._user, self._started = session, pieces, user, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        self._started = True
+        return next(self._pieces)
+
+    def close(self) -> None:
+        "End the reply now: a started one keeps what it has so far, an unstarted one removes its user message."
+        if not self._started:
+            self._started = True
+            msgs = self._session.messages
+            if self._user is not None and msgs and msgs[-1] is self._user:
+                msgs.pop()
+        self._pieces.close()
+
+    def __del__(self):
+        if hasattr(self, "_pieces"):
+            self.close()
+
+
 class ChatSession:
     """A conversation with `model` via an `Engine`; `messages` is the list of {role, content} dicts."""
 
@@ -166,9 +201,10 @@ class ChatSession:
         stop: threading.Event | None = None,  # set it to end the reply early
         **sampling,  # override the session's sampling settings
     ) -> Iterator[str]:
-        """Add `text` as a user message (if given), then an iterator of reply pieces."""
+        """Add `text` as a user message (if given), then an iterator of reply pieces (a `ReplyStream`)."""
         ids = self.add_user(text) if text is not None else self.prompt()
-        return self._stream(ids, stop, {**self.sampling, **sampling})
+        user = self.messages[-1] if text is not None else None
+        return ReplyStream(self, self._stream(ids, stop, {**self.sampling, **sampling}), user)
 
     def _stream(self, ids, stop, sampling):
         pieces, keep = [], False

@@ -12,6 +12,7 @@ import html
 import json
 import logging
 import random
+import re
 import sys
 import threading
 import time
@@ -30,9 +31,10 @@ from .engine import ContinuousBatch, Engine, QueueFull, TokenEvent, Utf8Stream
 from .engine import Request as EngineRequest
 
 # %% auto #0
-__all__ = ['ROLES', 'CHAT_HTML', 'ChatLimitError', 'prompt_tokens', 'stream_reply', 'ReplyStream', 'ChatSession', 'chat_repl',
-           'RequestRefused', 'read_body', 'parse_json', 'sampling_options', 'request_prompt', 'EngineLoop',
-           'Generation', 'create_app', 'parse_sse', 'start_server', 'serve', 'chat_widget', 'main']
+__all__ = ['ROLES', 'CHAT_HTML', 'ChatLimitError', 'assistant_parts', 'prompt_tokens', 'stream_reply', 'ReplyStream',
+           'ChatSession', 'chat_repl', 'RequestRefused', 'read_body', 'parse_json', 'sampling_options',
+           'request_prompt', 'EngineLoop', 'Generation', 'create_app', 'parse_sse', 'start_server', 'serve',
+           'chat_widget', 'main']
 
 # %% ../nbs/14_chat.ipynb #f057e1d8
 class ChatLimitError(ValueError):
@@ -48,6 +50,33 @@ def _short(v, n: int = 40) -> str:
     return r if len(r) <= n else f"{r[:n]}... ({len(r)} characters)"
 
 # %% ../nbs/14_chat.ipynb #b00a29ad
+# The chat surfaces keep a reply as the text `Engine.stream_text` showed, tool calls and results by the special tokens'
+# names. Rendered back as plain text, an earlier turn's calculator call would reach the model as ordinary characters,
+# not the tokens it emitted and was trained on (01's assistant parts, 10's tool tasks). So assistant text is split
+# back into its parts; only an assistant's: a user who types a special token's name still gets ordinary text ids.
+_TOOL_PART = re.compile(
+    r"<\|python_start\|>(.*?)(?:<\|python_end\|>|$)|<\|output_start\|>(.*?)(?:<\|output_end\|>|$)", re.DOTALL
+)
+
+
+def assistant_parts(
+    text: str,  # an assistant reply as the chat surfaces show it
+) -> str | list[dict]:
+    """`text` unchanged if it has no tool call, else its parts: dicts of "type" (text|python|python_output), "text"."""
+    if "<|python_start|>" not in text and "<|output_start|>" not in text:
+        return text
+    parts, at = [], 0
+    for m in _TOOL_PART.finditer(text):
+        if m.start() > at:
+            parts.append(dict(type="text", text=text[at : m.start()]))
+        code, out = m.group(1), m.group(2)
+        parts.append(dict(type="python", text=code) if code is not None else dict(type="python_output", text=out))
+        at = m.end()
+    if at < len(text):
+        parts.append(dict(type="text", text=text[at:]))
+    return parts
+
+
 # Role order: optional system, then user, assistant, ... ending with user (ValueError otherwise); contents are strings,
 # non-empty after strip. ChatLimitError if a message has more than `max_message_chars` characters, there are more than
 # `max_turns` user messages, or the prompt does not leave room for one new token in `context_len`.
@@ -78,7 +107,8 @@ def prompt_tokens(
         raise ChatLimitError(f"{n_user} user turns; the limit is {max_turns} (start a new conversation)")
     if messages[-1]["role"] != "user":
         raise ValueError("the last message must be from the user")
-    ids = tokenizer.render_for_completion({"messages": messages})
+    rendered = [dict(m, content=assistant_parts(m["content"])) if m["role"] == "assistant" else m for m in messages]
+    ids = tokenizer.render_for_completion({"messages": rendered})
     if context_len is not None and len(ids) >= context_len:
         raise ChatLimitError(
             f"the conversation is {len(ids)} tokens; the model's context is {context_len} (start a new conversation)"

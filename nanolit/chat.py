@@ -27,7 +27,7 @@ from fastcore.script import call_parse
 from .core import get_base_dir, parse_device
 from .tokenizer import Tokenizer
 from .checkpoint import STAGE_COMMANDS, load_model
-from .engine import ContinuousBatch, Engine, QueueFull, TokenEvent, Utf8Stream
+from .engine import ContinuousBatch, Engine, QueueFull, TokenEvent, Utf8Stream, check_request
 from .engine import Request as EngineRequest
 
 # %% auto #0
@@ -54,8 +54,10 @@ def _short(v, n: int = 40) -> str:
 # names. Rendered back as plain text, an earlier turn's calculator call would reach the model as ordinary characters,
 # not the tokens it emitted and was trained on (01's assistant parts, 10's tool tasks). So assistant text is split
 # back into its parts; only an assistant's: a user who types a special token's name still gets ordinary text ids.
+# Well-formed calls come back token for token; a call cut off mid-way (max_tokens) comes back closed, and a marker out
+# of place (an end with no start, a start inside a call) stays text: what a trained model rarely emits.
 _TOOL_PART = re.compile(
-    r"<\|python_start\|>(.*?)(?:<\|python_end\|>|$)|<\|output_start\|>(.*?)(?:<\|output_end\|>|$)", re.DOTALL
+    r"<\|python_start\|>(.*?)(?:<\|python_end\|>|\Z)|<\|output_start\|>(.*?)(?:<\|output_end\|>|\Z)", re.DOTALL
 )
 
 
@@ -78,7 +80,8 @@ def assistant_parts(
 
 
 # Role order: optional system, then user, assistant, ... ending with user (ValueError otherwise); contents are strings,
-# non-empty after strip. ChatLimitError if a message has more than `max_message_chars` characters, there are more than
+# non-empty after strip. ChatLimitError if a user or system message has more than `max_message_chars` characters (a
+# reply is bounded by its engine's max_tokens and by the context check instead), there are more than
 # `max_turns` user messages, or the prompt does not leave room for one new token in `context_len`.
 def prompt_tokens(
     tokenizer: Tokenizer,  # renders with `render_for_completion`
@@ -100,7 +103,7 @@ def prompt_tokens(
             raise ValueError(f"message {i} content must be a string")
         if not c.strip() and m["role"] != "assistant":  # a reply stopped before its first token may be empty
             raise ValueError(f"message {i} is empty")
-        if len(c) > max_message_chars:
+        if len(c) > max_message_chars and m["role"] != "assistant":
             raise ChatLimitError(f"message {i} has {len(c)} characters; the limit is {max_message_chars}")
     n_user = sum(m["role"] == "user" for m in messages)
     if n_user > max_turns:
@@ -164,7 +167,7 @@ class ReplyStream:
         return next(self._pieces)
 
     def close(self) -> None:
-        "End the reply now: a started one keeps what it has so far, an unstarted one removes its user message."
+        "End the reply now, from the thread that reads it (another thread sets `stream`'s `stop` instead)."
         if not self._started:
             self._started = True
             msgs = self._session.messages
@@ -194,11 +197,23 @@ class ChatSession:
         seed: int | None = None,  # None: a fresh random seed per reply
         engine: Engine | None = None,  # default `Engine(model, tokenizer)`
     ):
+        if system is not None and (not isinstance(system, str) or not system.strip()):
+            raise ValueError(f"the system prompt must be non-empty text or None, got {_short(system)}")
+        if system is not None and len(system) > max_message_chars:
+            raise ChatLimitError(f"the system prompt has {len(system)} characters; the limit is {max_message_chars}")
         self.model, self.tokenizer, self.system = model, tokenizer, system
         self.engine = engine or Engine(model, tokenizer)
         self.max_message_chars, self.max_turns = max_message_chars, max_turns
-        self.sampling = dict(temperature=temperature, top_k=top_k, max_tokens=max_tokens, seed=seed)
+        self.sampling = dict(temperature=temperature, top_k=top_k, max_tokens=max_tokens, seed=seed, top_p=None)
+        self._check_sampling(self.sampling)
         self.reset()
+
+    def _check_sampling(self, s: dict) -> None:
+        "TypeError for an unknown setting, ValueError for a bad value (the engine's `check_request`), before anything."
+        if unknown := sorted(set(s) - {"temperature", "top_k", "top_p", "max_tokens", "seed"}):
+            raise TypeError(f"unknown sampling settings {unknown}; known: temperature, top_k, top_p, max_tokens, seed")
+        seed = 0 if s["seed"] is None else s["seed"]
+        check_request(EngineRequest([0], s["max_tokens"], s["temperature"], s["top_k"], s["top_p"], seed))
 
     def reset(self):
         "Forget the conversation (keeps the system prompt)."
@@ -223,8 +238,9 @@ class ChatSession:
             self.messages.pop()
             raise
 
-    # The message is validated now, not at first `next`; when the iterator ends (or `stop` is set) the reply so far is
-    # appended as an assistant message.
+    # The message and the settings are validated now, not at first `next`; when the iterator ends (or `stop` is set) the
+    # reply so far is appended as an assistant message -- if the conversation still ends with the question it answers
+    # (not after a `reset`, nor when an older stream was dropped and took that question with it).
     def stream(
         self,
         text: str | None = None,  # the user's message
@@ -232,11 +248,13 @@ class ChatSession:
         **sampling,  # override the session's sampling settings
     ) -> Iterator[str]:
         """Add `text` as a user message (if given), then an iterator of reply pieces (a `ReplyStream`)."""
+        opts = {**self.sampling, **sampling}
+        self._check_sampling(opts)
         ids = self.add_user(text) if text is not None else self.prompt()
-        user = self.messages[-1] if text is not None else None
-        return ReplyStream(self, self._stream(ids, stop, {**self.sampling, **sampling}), user)
+        question, added = self.messages[-1], text is not None
+        return ReplyStream(self, self._stream(ids, stop, opts, question, added), question if added else None)
 
-    def _stream(self, ids, stop, sampling):
+    def _stream(self, ids, stop, sampling, question, added):
         pieces, keep = [], False
         try:
             for p in stream_reply(self.engine, ids, stop, **sampling):
@@ -250,10 +268,10 @@ class ChatSession:
             keep = bool(pieces)
             raise
         finally:
-            if self.messages and self.messages[-1]["role"] == "user":
+            if self.messages and self.messages[-1] is question:  # still waiting for this reply
                 if keep:
                     self.messages.append(dict(role="assistant", content="".join(pieces)))
-                else:
+                elif added:
                     self.messages.pop()  # nothing generated: roll back the user message
 
     def send(self, text: str, **sampling) -> str:
@@ -272,8 +290,10 @@ def chat_repl(
     out = out or sys.stdout
 
     def reply(text) -> bool:
+        pieces = None
         try:
-            for piece in session.stream(text):
+            pieces = session.stream(text)
+            for piece in pieces:
                 out.write(piece)
                 out.flush()
             out.write("\n")
@@ -281,6 +301,12 @@ def chat_repl(
         except ValueError as e:
             (sys.stderr if out is sys.stdout else out).write(f"error: {e}\n")
             return False
+        except KeyboardInterrupt:  # Ctrl-C while it replies: the reply stops (kept so far), the chat goes on
+            out.write("\n(stopped)\n")
+            return False
+        finally:
+            if pieces is not None:
+                pieces.close()
 
     if prompt is not None:
         return reply(prompt)  # True if answered, False on an error (one-shot mode exits 1)
@@ -718,7 +744,7 @@ def create_app(
     tokenizer: Tokenizer,  # its tokenizer
     engine: Engine | None = None,  # default `Engine(model, tokenizer)`
     max_message_chars: int = 4000,  # longest message (characters)
-    max_turns: int = 32,  # most messages in a conversation
+    max_turns: int = 32,  # most user messages in a conversation
     max_concurrent: int = 8,  # rows decoded together (replies in flight at once)
     max_queue: int = 16,  # requests waiting for a row (beyond that: 429)
     max_tokens_limit: int = 1024,  # the largest max_tokens a request may ask for

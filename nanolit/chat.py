@@ -7,6 +7,7 @@ Docs: https://nanolit.github.io/nanolit/chat.html.md"""
 # %% ../nbs/14_chat.ipynb #79e92835
 from __future__ import annotations
 import asyncio
+import collections
 import functools
 import html
 import json
@@ -652,18 +653,32 @@ class _StreamThenClose(StreamingResponse):
 class Generation:
     "One streamed reply: a request on the server's `EngineLoop`, its pieces relayed to this event loop."
 
-    def __init__(self, engine_loop: EngineLoop, ids: list[int], opts: dict, stats: dict, request, poll: float):
+    def __init__(
+        self,
+        engine_loop: EngineLoop,  # the server's engine thread
+        ids: list[int],  # the prompt
+        opts: dict,  # its sampling options (`sampling_options`)
+        stats: dict,  # the app's counters (how replies ended)
+        request,  # the client's request (to notice it has gone)
+        poll: float,  # seconds between checks for a client that has gone
+        interval: float = 0.0,  # least seconds between two writes of this stream (0: a write per engine step)
+    ):
         self.engine_loop, self.ids, self.opts, self.stats = engine_loop, ids, opts, stats
-        self.request, self.poll = request, poll
+        self.request, self.poll, self.interval = request, poll, interval
         self.rid, self.streamed, self.finished = None, False, False
-        self.loop, self.q = asyncio.get_running_loop(), asyncio.Queue()
+        self.loop, self.pending, self.ready = asyncio.get_running_loop(), collections.deque(), asyncio.Event()
+        self.listening = False  # the reader is waiting: the next piece wakes it
 
     def later(self, kind: str, value) -> None:
-        "The loop's callback: put (kind, value) on this request's queue, on its event loop (nothing if it has closed)."
-        try:
-            self.loop.call_soon_threadsafe(self.q.put_nowait, (kind, value))
-        except RuntimeError:
-            pass  # loop closed: the server is gone
+        """The engine loop's callback (its thread): keep (kind, value) for the reader, and wake the reader only if it
+        is waiting; while it gathers pieces for its next write, pieces cost no wakeup of this event loop."""
+        self.pending.append((kind, value))
+        if self.listening:
+            self.listening = False
+            try:
+                self.loop.call_soon_threadsafe(self.ready.set)
+            except RuntimeError:
+                pass  # loop closed: the server is gone
 
     def submit(self) -> None:
         "Join the engine loop's queue; `RequestRefused(429)` when it is full."
@@ -683,35 +698,43 @@ class Generation:
 # %% ../nbs/14_chat.ipynb #bdf5011f
 @patch
 async def events(self: Generation):
-    "The reply's server-sent events, ending early if the client has gone."
-    getter = None
-    try:
-        while True:  # next piece, polling for a client that has gone meanwhile
-            getter = getter or asyncio.ensure_future(self.q.get())
-            await asyncio.wait({getter}, timeout=self.poll)
-            if not getter.done():
-                if await self.request.is_disconnected():
-                    return
+    """The reply's server-sent events, ending early if the client has gone. The first piece goes out at once; after a
+    write, the pieces of the next `interval` seconds wait and go out as one event (fewer writes and wakeups)."""
+    next_write, q = 0.0, self.pending
+    while True:  # next piece, polling for a client that has gone meanwhile
+        if not q:
+            self.ready.clear()
+            self.listening = True  # set before the second look: a piece that comes now wakes us
+            if not q:
+                try:
+                    await asyncio.wait_for(self.ready.wait(), self.poll)
+                except asyncio.TimeoutError:
+                    if await self.request.is_disconnected():
+                        return
+                    continue
+            self.listening = False
+            if not q:  # an earlier wakeup, already served
                 continue
-            items, getter = [getter.result()], None
-            while not self.q.empty():  # pieces that came meanwhile go out in one write (8 rows a step: fewer wakeups)
-                items.append(self.q.get_nowait())
-            out = []
-            for kind, v in items:
-                if kind == "end":
-                    out.append(_sse({"finish_reason": v}))
-                if kind in ("end", "error"):
-                    self.finished = True
-                    if kind == "error":
-                        out.append(_sse({kind: v}))
-                    yield "".join(out) + _sse("[DONE]")
-                    return
+        if q[0][0] == "token" and (wait := next_write - self.loop.time()) > 0:
+            await asyncio.sleep(wait)  # wrote recently: gather what the next steps make
+        items = [q.popleft() for _ in range(len(q))]  # pieces that came meanwhile go out in one write
+        text, out = [], []
+        for kind, v in items:
+            if kind == "token":
                 self.streamed = True
+                text.append(v)
+                continue
+            if text:
+                out.append(_sse({"token": "".join(text)}))
+            if kind == "end":
+                out.append(_sse({"finish_reason": v}))
+            else:
                 out.append(_sse({kind: v}))
-            yield "".join(out)
-    finally:
-        if getter is not None:
-            getter.cancel()
+            self.finished = True
+            yield "".join(out) + _sse("[DONE]")
+            return
+        yield _sse({"token": "".join(text)})
+        next_write = self.loop.time() + self.interval
 
 
 @patch
@@ -751,6 +774,7 @@ def create_app(
     max_body_bytes: int = 1_000_000,  # the largest request body
     defaults: dict | None = None,  # sampling options when a request leaves them out
     disconnect_poll: float = 0.1,  # seconds between checks for a client that has gone
+    stream_interval: float = 0.02,  # least seconds between two writes of one reply (0: a write per engine step)
     checkpoint: dict | None = None,  # what is served ({stage, tag, step}), shown on the page and in /health
 ) -> FastAPI:
     "The chat web app: `GET /` the page, `GET /health` load and counters, `POST /chat/completions` a streamed reply."
@@ -790,7 +814,7 @@ def create_app(
             ids = request_prompt(tokenizer, req, max_message_chars, max_turns, ctx)
             if await request.is_disconnected():
                 raise RequestRefused(499, "client disconnected")
-            gen = Generation(loop, ids, opts, st, request, disconnect_poll)
+            gen = Generation(loop, ids, opts, st, request, disconnect_poll, stream_interval)
             gen.submit()
         except RequestRefused as e:
             return _err(e.status, str(e))

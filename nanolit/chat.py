@@ -111,6 +111,15 @@ def prompt_tokens(
         raise ChatLimitError(f"{n_user} user turns; the limit is {max_turns} (start a new conversation)")
     if messages[-1]["role"] != "user":
         raise ValueError("the last message must be from the user")
+    if (
+        context_len is not None
+    ):  # a token is at most `longest` bytes and a character at least one: too long, untokenized
+        longest, chars = max(int(tokenizer.token_bytes().max()), 1), sum(len(m["content"]) for m in messages)
+        if chars > context_len * longest:
+            raise ChatLimitError(
+                f"the conversation has {chars} characters, at least {-(-chars // longest)} tokens; "
+                f"the model's context is {context_len} (start a new conversation)"
+            )
     rendered = [dict(m, content=assistant_parts(m["content"])) if m["role"] == "assistant" else m for m in messages]
     ids = tokenizer.render_for_completion({"messages": rendered})
     if context_len is not None and len(ids) >= context_len:
@@ -547,8 +556,10 @@ class EngineLoop:
         max_rows: int = 8,  # rows decoded together at most
         max_waiting: int = 16,  # requests waiting beyond them (one more: `QueueFull`)
         specials: bool = True,  # show tool calls and outputs by their token names in the text
+        idle_exit: float = 1.0,  # seconds idle after which the thread ends (the next request starts another)
     ):
         self.engine, self.specials, self.max_rows, self.max_waiting = engine, specials, max_rows, max_waiting
+        self.idle_exit = idle_exit
         self.batch = ContinuousBatch(engine, max_rows, max_waiting)
         self.subs: dict = {}  # request id -> (deliver, Utf8Stream)
         self.tokens = self.steps = 0  # tokens emitted and steps run, all requests
@@ -609,12 +620,21 @@ def _deliver(self: EngineLoop, e: TokenEvent) -> None:
 
 @patch
 def run(self: EngineLoop) -> None:
-    "The loop: sleep while idle, else one `step` and its events delivered; a failed step fails its requests only."
+    """The loop: sleep while idle, else one `step` and its events delivered; a failed step fails its requests only.
+    Idle for `idle_exit` seconds, the thread ends, so a server that stops leaves no thread holding the model."""
+    idle_since = None
     while not self.closed:
         if self.batch.idle:
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since > self.idle_exit:
+                with self.lock:  # `submit` holds it: a request that joins from now on starts a new thread
+                    if self.batch.idle:
+                        self.thread = None
+                        return
             self.wake.wait(0.1)
             self.wake.clear()
             continue
+        idle_since = None
         try:
             events = self.batch.step()
         except Exception as err:  # every request in flight or waiting hears why; the next ones get a fresh batch
@@ -665,7 +685,7 @@ class Generation:
     ):
         self.engine_loop, self.ids, self.opts, self.stats = engine_loop, ids, opts, stats
         self.request, self.poll, self.interval = request, poll, interval
-        self.rid, self.streamed, self.finished = None, False, False
+        self.rid, self.streamed, self.finished, self.failed = None, False, False, False
         self.loop, self.pending, self.ready = asyncio.get_running_loop(), collections.deque(), asyncio.Event()
         self.listening = False  # the reader is waiting: the next piece wakes it
 
@@ -730,6 +750,7 @@ async def events(self: Generation):
                 out.append(_sse({"finish_reason": v}))
             else:
                 out.append(_sse({kind: v}))
+                self.failed = True
             self.finished = True
             yield "".join(out) + _sse("[DONE]")
             return
@@ -741,7 +762,7 @@ async def events(self: Generation):
 def closed(self: Generation):
     "The response is over: cancel the request on the loop if it had not finished, count how it ended."
     if self.finished:
-        self.stats["completed"] += 1
+        self.stats["failed" if self.failed else "completed"] += 1
         return
     if self.rid is not None:
         self.engine_loop.cancel(self.rid)
@@ -780,9 +801,16 @@ def create_app(
     "The chat web app: `GET /` the page, `GET /health` load and counters, `POST /chat/completions` a streamed reply."
     engine = engine or Engine(model, tokenizer)
     ctx = model.config.sequence_len
+    unknown = sorted(set(defaults or {}) - {"temperature", "top_k", "top_p", "max_tokens", "seed"})
+    if unknown:
+        raise ValueError(f"unknown sampling defaults {unknown}; known: temperature, top_k, top_p, max_tokens, seed")
     defaults = {**dict(temperature=0.6, top_k=50, max_tokens=min(512, max_tokens_limit)), **(defaults or {})}
+    try:  # checked now, not blamed on every request that leaves them out
+        sampling_options(defaults, defaults, max_tokens_limit)
+    except RequestRefused as e:
+        raise ValueError(f"bad sampling defaults: {e}") from None
     app = FastAPI(title="nanolit chat")
-    st = app.state.stats = dict(completed=0, aborted_reading=0, aborted_waiting=0, aborted_streaming=0)
+    st = app.state.stats = dict(completed=0, failed=0, aborted_reading=0, aborted_waiting=0, aborted_streaming=0)
     loop = app.state.engine_loop = EngineLoop(engine, max_concurrent, max_queue)
     served = dict(checkpoint or {})
 
@@ -813,6 +841,7 @@ def create_app(
             opts = sampling_options(req, defaults, max_tokens_limit)
             ids = request_prompt(tokenizer, req, max_message_chars, max_turns, ctx)
             if await request.is_disconnected():
+                st["aborted_reading"] += 1
                 raise RequestRefused(499, "client disconnected")
             gen = Generation(loop, ids, opts, st, request, disconnect_poll, stream_interval)
             gen.submit()

@@ -355,9 +355,10 @@ def test_a_failing_request_does_not_stop_the_loop(tiny):
         assert r.text.endswith("data: [DONE]\n\n")
         _wait_for(lambda: _health(url)["running"] == 0, "the failed request's row to be freed")
         assert _health(url)["waiting"] == 0
-        loop = server.config.app.state.engine_loop
-        assert loop.thread.is_alive()
+        _wait_for(lambda: _health(url)["failed"] == 1, "the failed reply to be counted")
         r2 = httpx.post(url + "/chat/completions", json=body, timeout=30)   # served again (and fails the same way)
         assert r2.status_code == 200 and len(parse_sse(r2.text)[1]) == 1
+        _wait_for(lambda: _health(url)["failed"] == 2, "the second failed reply to be counted")
+        assert _health(url)["completed"] == 0          # a reply that ended in an error is not a completed one
     finally:
         server.should_exit = True; server.thread.join(5)

@@ -455,6 +455,8 @@ def complete(
         f"{self.dir} is already complete ({num_steps} steps): nothing to train (raise --num-iterations, "
         f"or use another --tag, to train more)"
     )
+    if self.world > 1:  # every rank leaves together, as from `finish`: a rank that tears gloo down alone can abort
+        dist.barrier()
     return dict(json.loads(path.read_text()), history=self.history, checkpoint=str(self.dir))
 
 # %% ../nbs/10b_run.ipynb #37c9ad82
@@ -472,6 +474,8 @@ def stopped(
     if self.tracker is not None:
         self.tracker.finish()
         self.tracker = None
+    if self.world > 1:  # every rank leaves together, as from `finish`
+        dist.barrier()
     return dict(history=self.history, stopped_at=done, checkpoint=str(self.dir))
 
 

@@ -111,9 +111,8 @@ def prompt_tokens(
         raise ChatLimitError(f"{n_user} user turns; the limit is {max_turns} (start a new conversation)")
     if messages[-1]["role"] != "user":
         raise ValueError("the last message must be from the user")
-    if (
-        context_len is not None
-    ):  # a token is at most `longest` bytes and a character at least one: too long, untokenized
+    if context_len is not None:
+        # a token is at most `longest` bytes and a character at least one: surely too long, so not tokenized
         longest, chars = max(int(tokenizer.token_bytes().max()), 1), sum(len(m["content"]) for m in messages)
         if chars > context_len * longest:
             raise ChatLimitError(

@@ -7,6 +7,8 @@ Usage: python dev/loader_stats.py [--steps 100] [--B 16] [--T 256]; reads $NANOL
 import argparse
 import time
 
+import torch
+
 from nanolit.data import BOSBestFitLoader, HeadTailLoader, make_loader
 from nanolit.tokenizer import get_tokenizer
 
@@ -43,8 +45,9 @@ def main():
         seen = track(loader)
         packed = 0  # rows holding more than one BOS-led piece: the only rows a document mask would change
         for _ in range(a.steps):
-            x, _ = next(loader)
-            packed += int(((x == tok.bos_token_id).sum(1) > 1).sum())
+            x, y = next(loader)
+            rows = torch.cat([x, y[:, -1:]], 1)  # the whole T+1-token rows: a BOS can sit in the last place too
+            packed += int(((rows == tok.bos_token_id).sum(1) > 1).sum())
         st = loader.stats
         heads = sum(not loader.is_tail_row(r) for r in range(loader.rows)) if isinstance(loader, HeadTailLoader) else "-"
         fill = st["tokens_cropped_fill"]

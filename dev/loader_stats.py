@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from nanolit.data import BOSBestFitLoader, HeadTailLoader, make_loader
+from nanolit.data import HeadTailLoader, make_loader
 from nanolit.tokenizer import get_tokenizer
 
 

@@ -60,6 +60,7 @@ class TrainConfig(OptimConfig, RunConfig):
     aspect_ratio: int = 64  # model width = depth * aspect_ratio (rounded to head_dim)
     head_dim: int = 64  # channels per attention head
     window_pattern: str = "SSSL"  # S = short (sliding) window, L = full context, tiled over layers
+    short_window: int = 0  # tokens an S layer attends to (its sliding window); 0: sequence_len // 4
     smear: bool = False  # token smear: each position gets a gated part of the previous token's embedding (04)
     backout: bool = False  # subtract a learned part of the half-depth residual before the final norm (04)
     qk_gain: bool = False  # a learned gain per query head after QK-norm (04)
@@ -171,6 +172,9 @@ def check_values(
         cfg.bad("pp_schedule", f"must be one of {PIPELINE_SCHEDULES}")
     if not cfg.window_pattern or set(cfg.window_pattern.upper()) - set("SL"):
         cfg.bad("window_pattern", "must be a string of S and L")
+    sw = cfg.short_window
+    if isinstance(sw, bool) or not isinstance(sw, int) or not 0 <= sw <= cfg.sequence_len:
+        cfg.bad("short_window", f"must be an int in [0, sequence_len = {cfg.sequence_len}] (0: sequence_len // 4)")
     if cfg.sequence_len > MAX_SEQUENCE_LEN and not cfg.allow_long_sequence:
         cfg.bad(
             "sequence_len",
@@ -368,6 +372,7 @@ def model_config(
         aspect_ratio=cfg.aspect_ratio,
         head_dim=cfg.head_dim,
         window_pattern=cfg.window_pattern,
+        short_window=cfg.short_window or None,  # None: GPTConfig's default, sequence_len // 4
         smear=cfg.smear,
         backout=cfg.backout,
         qk_gain=cfg.qk_gain,

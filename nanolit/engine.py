@@ -13,6 +13,7 @@ import numbers
 import operator
 import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -342,6 +343,9 @@ def _calc_eval(node: ast.AST, deadline: float):
     raise CalculatorError(f"{type(node).__name__} is not allowed")
 
 
+_PARSE_LOCK = threading.Lock()  # warnings.catch_warnings changes process-wide state: one parse at a time
+
+
 def calculate(expr: str) -> str:
     "Evaluate a calculator expression (rules in the text above) to a string; CalculatorError if refused."
     if not isinstance(expr, str):
@@ -349,7 +353,9 @@ def calculate(expr: str) -> str:
     if len(expr) > CALC_MAX_CHARS:
         raise CalculatorError(f"expression over {CALC_MAX_CHARS} characters")
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
+        with _PARSE_LOCK, warnings.catch_warnings():  # "3and 4" parses with a SyntaxWarning; keep it off stderr
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(expr.strip(), mode="eval")
         return str(_calc_eval(tree.body, time.perf_counter() + CALC_TIME_S))
     except CalculatorError:
         raise

@@ -101,6 +101,12 @@ def resume_mode(
             find_last_step(ckpt_dir)
             return True
         except FileNotFoundError:
+            if bad := incomplete_checkpoints(ckpt_dir):  # a first save cut short, or a damaged file: say so
+                print0(
+                    f"warning: no complete checkpoint in {ckpt_dir} ({', '.join(f'step_{s:06d}' for s in bad)}: "
+                    f"incomplete or damaged, a file missing or its size differing from the COMPLETE record); "
+                    f"starting from step 0"
+                )
             return False
     raise ValueError(f"resume must be true, false or auto, got {resume!r}")
 
@@ -134,7 +140,11 @@ def check_model_config(
         old = meta.get("config") or {}
         names = ("depth", "aspect_ratio", "head_dim", "window_pattern", "sequence_len")
         names += tuple(k for k in model_config if saved.get(k) != model_config[k] and k not in names)  # what differs
-        hint = ", ".join(f"--{k.replace('_', '-')} {old[k]}" for k in names if k in old)
+        # a flag newer than the checkpoint's run (absent from its config): the value its model had; the shape fields
+        # that follow from --depth and --aspect-ratio have no flag of their own
+        derived = {"n_layer", "n_embd", "n_head", "n_kv_head", "logit_softcap", "rope_base"}
+        flags = [(k, old[k] if k in old else saved[k]) for k in names if k in old or (k in saved and k not in derived)]
+        hint = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in flags)
         raise ValueError(
             f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "
             f"Resume with the checkpoint's settings ({hint}) or start a new run under another --tag"

@@ -984,9 +984,12 @@ def describe(
     "The run's one-line summary: model, vocabulary, world and layout, batch arithmetic, dtype."
     moe = f", MoE {t.moe}" if t.moe else ""
     tokens = t.num_steps * t.tokens_per_step
+    wins = t.gcfg.layer_windows()  # e.g. "SSSL, S window 64": which layers see a short window, and how short
+    pattern = "".join("L" if w is None else "S" for w in wins)
+    wins = pattern + (f", S window {t.gcfg.short_window}" if "S" in pattern else "")
     return (
-        f"model: depth {cfg.depth}, n_embd {t.gcfg.n_embd}, {t.gcfg.n_layer} layers{moe}, {t.n_params:,} params "
-        f"({t.n_scaling_params:,} scaling), "
+        f"model: depth {cfg.depth}, n_embd {t.gcfg.n_embd}, {t.gcfg.n_layer} layers ({wins}){moe}, "
+        f"{t.n_params:,} params ({t.n_scaling_params:,} scaling), "
         f"{t.flops_per_token / 1e6:.1f} MFLOPs/token | vocab {t.tok.vocab_size} | world {world}: {layout} | "
         f"accum {t.accum}, {t.tokens_per_step:,} tokens/step, {t.num_steps} steps ({tokens:,} tokens) | "
         f"dtype {detect_compute_dtype(t.token_bytes.device.type)}" + (" (loss scaling)" if t.scaler is not None else "")

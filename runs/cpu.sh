@@ -25,7 +25,8 @@ MATRIX_LR=${MATRIX_LR:-0.08}
 TAIL_SHARE=${TAIL_SHARE:-0.4}
 # The three short-window layers see the last SHORT_WINDOW tokens, themselves included (the training default is a quarter
 # of the row, 64 of 256): at this size 2 is the best of 1-64 on both views, 2.015 / 1.984 against 2.032 / 2.005 (means
-# of two seeds; 11_train, "Shorter windows"; dev/LOG.md, 2026-12-06).
+# of two seeds; 11_train, "Shorter windows"; dev/LOG.md, 2026-12-06). A cpu_d4 checkpoint of an earlier cpu.sh (window 64)
+# resumes with SHORT_WINDOW=64; or train a new one under another RUN.
 SHORT_WINDOW=${SHORT_WINDOW:-2}
 echo "== 1/7 corpus ($CORPUS)"
 $PY -m nanolit.data --size "$CORPUS"

@@ -224,20 +224,24 @@ def eval_base(
 ) -> dict:
     "Val bpb and CORE (official bundle or offline rebuild): {'rows', 'core', 'eval', 'missing', 'bpb', 'bpb_exact'}."
     device = device or next(model.parameters()).device
-    bpb_exact = val_bpb(model, tokenizer, device)
-    bpb = bpb_exact["bpb"] if bpb_exact else None
     if official is None:
         official = tasks is None and (core_bundle_dir() / "core.yaml").exists()
-    if official:
-        res = eval_core_official(model, tokenizer, load_core_bundle(), max_per_task, device)
-        return dict(res, missing=[], bpb=bpb, bpb_exact=bpb_exact)
-    rows, acc, missing = [], {}, []
-    for name in tasks or CORE_TASKS:
+    # the task data first: a missing bundle or rebuild is said before the minutes of the bpb pass, not after
+    bundle, data, missing = load_core_bundle() if official else None, {}, []
+    for name in [] if official else tasks or CORE_TASKS:
         try:
-            items = load_items(name)
+            data[name] = load_items(name)
         except FileNotFoundError:
             missing.append(name)
-            continue
+    if missing and not data:
+        print0(f"warning: no CORE eval data under {eval_data_dir()} (`nanolit-eval data` builds it): bpb only")
+    bpb_exact = val_bpb(model, tokenizer, device)
+    bpb = bpb_exact["bpb"] if bpb_exact else None
+    if official:
+        res = eval_core_official(model, tokenizer, bundle, max_per_task, device)
+        return dict(res, missing=[], bpb=bpb, bpb_exact=bpb_exact)
+    rows, acc = [], {}
+    for name, items in data.items():
         ttype, shots = CORE_TASKS[name][:2]
         acc[name] = evaluate_core_task(model, tokenizer, items, ttype, shots, max_items=max_per_task, device=device)
         rows.append(core_row(name, min(len(items), max_per_task or len(items)), acc[name]))

@@ -37,7 +37,8 @@ from .checkpoint import remove_checkpoint
 from .checkpoint import step_path
 
 # %% auto #0
-__all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'Tracker', 'horizon_hint']
+__all__ = ['RunConfig', 'resume_mode', 'skipped_note', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'Tracker',
+           'horizon_hint']
 
 # %% ../nbs/10b_run.ipynb #ecd55ef0
 @dataclass
@@ -102,13 +103,19 @@ def resume_mode(
             return True
         except FileNotFoundError:
             if bad := incomplete_checkpoints(ckpt_dir):  # a first save cut short, or a damaged file: say so
-                print0(
-                    f"warning: no complete checkpoint in {ckpt_dir} ({', '.join(f'step_{s:06d}' for s in bad)}: "
-                    f"incomplete or damaged, a file missing or its size differing from the COMPLETE record); "
-                    f"starting from step 0"
-                )
+                print0(f"warning: no complete checkpoint: {skipped_note(ckpt_dir, bad)}; starting from step 0")
             return False
     raise ValueError(f"resume must be true, false or auto, got {resume!r}")
+
+
+def skipped_note(
+    ckpt_dir,  # the run's checkpoint directory
+    bad: list[int],  # the steps `incomplete_checkpoints` found
+) -> str:
+    "The one wording of what a skipped checkpoint is, for `resume_mode` and `Run.load_meta`'s warnings."
+    steps = ", ".join(f"step_{s:06d}" for s in bad)
+    why = "a file is missing or its size differs from the COMPLETE record"
+    return f"{steps} in {ckpt_dir}: incomplete or damaged ({why})"
 
 # %% ../nbs/10b_run.ipynb #87e3496c
 def check_fresh_dir(
@@ -129,6 +136,7 @@ def check_model_config(
     meta: dict,  # a checkpoint's meta.json
     model_config: dict,  # this run's `asdict(GPTConfig)`
     ckpt_dir,  # where the checkpoint is (for the message)
+    flags=(),  # this stage's config fields (each a CLI flag): a hint may name one the checkpoint's run lacked
 ) -> None:
     "ValueError naming every model-config field that differs between a checkpoint and this run."
     saved = meta.get("model_config")
@@ -140,11 +148,10 @@ def check_model_config(
         old = meta.get("config") or {}
         names = ("depth", "aspect_ratio", "head_dim", "window_pattern", "sequence_len")
         names += tuple(k for k in model_config if saved.get(k) != model_config[k] and k not in names)  # what differs
-        # a flag newer than the checkpoint's run (absent from its config): the value its model had; the shape fields
-        # that follow from --depth and --aspect-ratio have no flag of their own
-        derived = {"n_layer", "n_embd", "n_head", "n_kv_head", "logit_softcap", "rope_base"}
-        flags = [(k, old[k] if k in old else saved[k]) for k in names if k in old or (k in saved and k not in derived)]
-        hint = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in flags)
+        # a flag newer than the checkpoint's run (absent from its config): the value its model had; model fields
+        # with no flag (n_layer, n_embd: they follow from --depth and --aspect-ratio) are not hinted
+        pairs = [(k, old[k] if k in old else saved[k]) for k in names if k in old or (k in saved and k in flags)]
+        hint = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in pairs)
         raise ValueError(
             f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "
             f"Resume with the checkpoint's settings ({hint}) or start a new run under another --tag"
@@ -422,12 +429,9 @@ def load_meta(
     step = find_last_step(self.dir)
     bad = [s for s in incomplete_checkpoints(self.dir) if s > step]
     if bad:  # newer than the one resumed: a save cut short, or a file damaged since
-        print0(
-            f"warning: skipped {', '.join(f'step_{s:06d}' for s in bad)} in {self.dir}: incomplete or damaged (a "
-            f"file is missing or its size differs from the COMPLETE record); resuming from step {step}"
-        )
+        print0(f"warning: skipped {skipped_note(self.dir, bad)}; resuming from step {step}")
     meta = json.loads((self.step_dir(step) / "meta.json").read_text())
-    check_model_config(meta, model_config, self.dir)
+    check_model_config(meta, model_config, self.dir, flags=[f.name for f in fields(self.cfg)])
     if tokenizer is not None:
         check_tokenizer(tokenizer, meta, self.dir)  # the ids must mean what they meant when it was trained
     if step > num_steps:

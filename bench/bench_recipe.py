@@ -1,7 +1,7 @@
 """What each issue-16 recipe piece costs in training throughput on this machine: ms per optimizer step of the
 cpu.sh model (depth 4, T 256, B 16) with one piece switched on, against today's step, measured in the same run,
 interleaved (rounds of every variant, median per variant) so load drifts hit all alike.
-Usage: python bench/bench_recipe.py [--depth 4] [--rounds 5]"""
+Usage: python bench/bench_recipe.py [--depth 4] [--rounds 5] [--variants canon_AC,smear]"""
 import argparse
 import statistics
 import time
@@ -23,6 +23,8 @@ VARIANTS = {  # name -> (model fields, optimizer keywords)
     "qk_gain": (dict(qk_gain=True), {}),
     "ve_gate_input": (dict(ve_gate_input=True), {}),
     "muon_stacked": ({}, dict(stacked=True)),
+    "canon_AC": (dict(canon="AC"), {}),
+    "canon_A": (dict(canon="A"), {}),
     "all": (dict(smear=True, backout=True, qk_gain=True, ve_gate_input=True),
             dict(muon_method="polar_express", normuon=True, weight_decay=0.1, cautious_wd=True)),
 }
@@ -33,11 +35,17 @@ def main():
     ap.add_argument("--depth", type=int, default=4); ap.add_argument("--T", type=int, default=256)
     ap.add_argument("--B", type=int, default=16); ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=5); ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--variants", default="", help="comma-separated names to run (today always runs); default all")
     a = ap.parse_args()
+    chosen = {"today", *a.variants.split(",")} if a.variants else set(VARIANTS)
+    if unknown := chosen - set(VARIANTS):
+        ap.error(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
     base = GPTConfig.from_depth(a.depth, vocab_size=a.vocab, sequence_len=a.T, head_dim=64)
     x = torch.randint(0, a.vocab, (a.B, a.T)); y = torch.randint(0, a.vocab, (a.B, a.T))
     runs = {}
     for name, (mk, ok) in VARIANTS.items():
+        if name not in chosen:
+            continue
         torch.manual_seed(0)
         m = build_model(replace(base, **mk), "cpu")
         runs[name] = (m, build_optimizer(m.param_groups(), model_dim=base.n_embd, **ok))

@@ -61,6 +61,7 @@ class WindowedKVCache:
             raise ValueError(f"{len(self.windows)} windows for {n_layer} layers")
         self.max_len, self.pos = max_len, 0
         self.last_ids = None  # (B, 1) each row's last token so far, set by the model (a smear model reads it)
+        self.canon_state = {}  # (layer, site) -> (B, K-1, C): each Canon layer's last inputs (04), set by the layer
         # empty, not zeros: positions >= pos are never read (the tests fill them with NaN to prove it)
         self.kv = torch.empty(n_layer, 2, batch_size, capacity, n_kv_head, head_dim, device=device, dtype=dtype)
 
@@ -166,6 +167,7 @@ def expand(
     out.kv[:, :, :, : self.pos] = self.kv[:, :, :, : self.pos]  # broadcasts row 0 into every row (a real copy)
     out.pos = self.pos
     out.last_ids = None if self.last_ids is None else self.last_ids.expand(batch_size, -1).clone()
+    out.canon_state = {k: s.expand(batch_size, -1, -1).clone() for k, s in self.canon_state.items()}
     return out
 
 
@@ -557,6 +559,7 @@ class RaggedKVCache:
         self._views()
         self._pos = torch.zeros(0, dtype=torch.long, device=device)  # (n,) lens as a tensor
         self.last_ids = None  # (n, 1) each row's last token (a smear model reads it)
+        self.canon_state = {}  # (layer, site) -> (n, K-1, C): each Canon layer's last inputs per row (04)
         self._masks: dict = {}  # this forward's mask per window, made by the first layer that needs it
         self._index = None  # this forward's (rows, positions) for the scattered write
 
@@ -628,6 +631,9 @@ class RaggedKVCache:
         self._pos = torch.tensor(self.lens, device=self.kv.device)
         last = cache.last_ids[row : row + 1]
         self.last_ids = last if self.last_ids is None else torch.cat([self.last_ids, last])
+        for k, s in cache.canon_state.items():  # the prefill's Canon inputs: a row prefilled alone (`_admit`)
+            new = s[row : row + 1]
+            self.canon_state[k] = torch.cat([self.canon_state[k], new]) if r else new
         return r
 
     def remove(self, r: int) -> None:
@@ -640,9 +646,12 @@ class RaggedKVCache:
             self.kv[:, :, r, :, :p] = self.kv[:, :, last, :, :p]
             self.lens[r] = p
             self.last_ids[r] = self.last_ids[last]
+            for s in self.canon_state.values():
+                s[r] = s[last]
         self.lens.pop()
         self._pos = torch.tensor(self.lens, dtype=torch.long, device=self.kv.device)
         self.last_ids = self.last_ids[:last] if last else None
+        self.canon_state = {k: s[:last] for k, s in self.canon_state.items()} if last else {}
 
     # Row r writes its T new keys at lens[r]..lens[r]+T-1. The layer attends over slots start..end-1, end one past the
     # longest row, start the earliest slot any row's window reaches; `attn_mask` hides the rest per row. When every row
@@ -912,7 +921,9 @@ def _admit(self: ContinuousBatch, joining: list[tuple[int, Request, int]]) -> No
     each right-padded to its group's longest, and add them as rows. A model that is not a `GPT` (a test's stand-in,
     which may not be causal row by row) is prefilled one request at a time."""
     lens = [len(req.tokens) for _, req, _ in joining]
-    batched = isinstance(self.engine.model, GPT)
+    # one forward for a group of right-padded prompts; not for a model with Canon layers (04): their state after the
+    # prefill would hold a short row's padding, so each of its prompts is prefilled alone
+    batched = isinstance(self.engine.model, GPT) and not self.engine.model.config.canon
     for g in prefill_groups(lens, self.V) if batched else [[i] for i in range(len(joining))]:
         n, P = len(g), max(lens[i] for i in g)
         rows = [list(map(int, joining[i][1].tokens)) + [PREFILL_PAD] * (P - lens[i]) for i in g]

@@ -399,6 +399,7 @@ class OptimConfig:
     embedding_lr: float = 0.2  # AdamW lr for token and value embeddings
     unembedding_lr: float = 0.004  # AdamW lr for the lm head
     scalar_lr: float = 0.5  # AdamW lr for per-layer scalars
+    canon_lr: float = 0.01  # AdamW lr for the Canon layers' taps (measured at cpu.sh's size: 11_train, "Canon layers")
     scalar_eps: float = 1e-8  # AdamW eps for the scalars: above the rounding of their zero gradient at step 0
     weight_decay: float = 0.0  # decoupled weight decay, 2-D parameters only
     muon_method: Literal["newton_schulz", "polar_express", "svd"] = "newton_schulz"  # Muon's orthogonalisation
@@ -421,6 +422,7 @@ class OptimConfig:
             embedding_lr=self.embedding_lr,
             unembedding_lr=self.unembedding_lr,
             scalar_lr=self.scalar_lr,
+            canon_lr=self.canon_lr,
         )
         muon = dict(muon_method=self.muon_method, normuon=self.normuon, cautious_wd=self.cautious_wd)
         muon |= dict(stacked=self.muon_stacked)
@@ -461,7 +463,15 @@ class OptimConfig:
         return muon_momentum(step, warmup=w, cooldown=c, num_steps=num_steps)
 
 # %% ../nbs/05_optim.ipynb #e60abd53
-PARAM_GROUP_KEYS = ("matrix", "embedding", "lm_head", "scalar", "resid", "x0")  # resid, x0: the residual scalars
+PARAM_GROUP_KEYS = (
+    "matrix",
+    "embedding",
+    "lm_head",
+    "scalar",
+    "resid",
+    "x0",
+    "canon",
+)  # resid, x0: the residual scalars
 
 
 def check_param_groups(param_groups: dict[str, list]):
@@ -489,6 +499,7 @@ def build_optimizer(
     embedding_lr: float = OptimConfig.embedding_lr,  # AdamW lrs, times (model_dim/768)**-0.5 with a `model_dim`
     unembedding_lr: float = OptimConfig.unembedding_lr,
     scalar_lr: float = OptimConfig.scalar_lr,
+    canon_lr: float = OptimConfig.canon_lr,  # "canon": the Canon layers' taps (AdamW, adam_betas, no decay)
     weight_decay: float = OptimConfig.weight_decay,  # on 2-D (and stacked) parameters only
     adam_betas: tuple[float, float] = (0.8, 0.95),  # every AdamW group's, unless its own below is given
     embedding_betas: tuple[float, float] | None = None,  # the embeddings' (None: adam_betas)
@@ -532,6 +543,7 @@ def build_optimizer(
         ("scalar", scalars, scalar_lr, adam_betas, scalar_eps),
         ("resid", resid if resid_lr is not None else [], resid_lr, adam_betas, scalar_eps),
         ("x0", x0 if x0_betas is not None else [], scalar_lr, x0_betas, scalar_eps),
+        ("canon", get("canon"), canon_lr, adam_betas, adam_eps),
     ]
     for key, ps, lr, betas, eps in adamw:
         for suffix, sel, wd in (
@@ -560,7 +572,7 @@ def build_optimizer(
 # %% ../nbs/05_optim.ipynb #ca17c29f
 # the optimizer fields newer than the first checkpoints, at the values those were trained with (their groups keep them)
 OPTIM_BEFORE = dict(adam_beta1=0.8, adam_beta2=0.95, embedding_beta2=0.95, unembedding_beta2=0.95, x0_beta1=0.8)
-OPTIM_BEFORE |= dict(resid_lr_frac=1.0)
+OPTIM_BEFORE |= dict(resid_lr_frac=1.0, canon_lr=0.01)  # canon_lr: no Canon layer before it, any value
 KEPT_RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "scalar_eps", "weight_decay", *OPTIM_BEFORE)
 
 

@@ -24,7 +24,7 @@ from .core import PEAK_FLOPS_BF16, cpu_peak_flops, get_peak_flops
 from .core import print0
 from .tokenizer import get_tokenizer
 from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
-from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES
+from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES, CANON_SITES, CANON_HELP
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
 from .optim import SCHEDULES, check_rates_kept, schedule_changes
 from .parallel.mesh import MeshLayout, init_mesh
@@ -44,12 +44,12 @@ __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REF
            'PLAN_GPUS', 'PLAN_MFUS', 'PLAN_CAPABILITY', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values',
            'check_layout', 'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes',
            'device_memory_bytes', 'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank',
-           'train_memory_bytes', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan', 'plan_scaling',
-           'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout', 'restore_param_groups_by_name',
-           'TrainSetup', 'build_train_model', 'use_compile', 'apply_fp8', 'loss_scaler', 'setup_training', 'describe',
-           'load_train_state', 'resume_training', 'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter',
-           'val_bpb', 'val_bpb_exact', 'built_core_tasks', 'core_subset', 'evaluate', 'save_training',
-           'finish_training', 'train_sample', 'train']
+           'train_memory_bytes', 'window_summary', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan',
+           'plan_scaling', 'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout',
+           'restore_param_groups_by_name', 'TrainSetup', 'build_train_model', 'use_compile', 'apply_fp8', 'loss_scaler',
+           'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective', 'micro_steps',
+           'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'built_core_tasks', 'core_subset', 'evaluate',
+           'save_training', 'finish_training', 'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -65,6 +65,8 @@ class TrainConfig(OptimConfig, RunConfig):
     backout: bool = False  # subtract a learned part of the half-depth residual before the final norm (04)
     qk_gain: bool = False  # a learned gain per query head after QK-norm (04)
     ve_gate_input: bool = False  # value-embedding gates computed from the input, not one number per head (04)
+    canon: str = ""  # Canon layer sites (04): any of A, B, C, D, e.g. BD; empty: none
+    canon_kernel: int = 4  # the Canon layers' taps (positions t-K+1..t)
     pad_vocab_to: int = 1  # lm head rows rounded up to a multiple of this (64 for GPU tiles); pads never scored (04)
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
@@ -106,10 +108,15 @@ class TrainConfig(OptimConfig, RunConfig):
 # %% ../nbs/11_train.ipynb #6c1e06dd
 MAX_SEQUENCE_LEN = 65536
 POSITIVE = ("depth", "aspect_ratio", "head_dim", "sequence_len", "eval_tokens", "loader_buffer", "tp", "pp", "ep")
-POSITIVE += ("cp", "moe_top_k", "pad_vocab_to")  # ints >= 1
+POSITIVE += ("cp", "moe_top_k", "pad_vocab_to", "canon_kernel")  # ints >= 1
 AUTO = ("total_batch_size", "sample_every", "microbatches", "moe_hidden")  # -1 (derived) or ints >= 1
 RATES = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr", "weight_decay", "grad_clip", "final_lr_frac")
-RATES += ("warmup_steps", "moe_aux_coef", "wd_tau")  # finite numbers >= 0 (scalar_eps > 0: `check_optim`, 05)
+RATES += (
+    "warmup_steps",
+    "moe_aux_coef",
+    "wd_tau",
+    "canon_lr",
+)  # finite numbers >= 0 (scalar_eps > 0: `check_optim`, 05)
 
 
 def check_values(
@@ -213,13 +220,17 @@ def check_layout(
                 f"must divide the {g.n_head} query and {g.n_kv_head} KV heads of depth {cfg.depth} (whole heads)",
             )
     for n in ("tp", "pp", "cp"):
-        for piece in ("smear", "backout", "qk_gain", "ve_gate_input"):
+        for piece in ("smear", "backout", "qk_gain", "ve_gate_input", "canon"):
             if getattr(cfg, n) > 1 and getattr(cfg, piece):
                 cfg.bad(piece, f"is not in the --{n} forward yet (only the GPT's own)")
     if cfg.normuon and (cfg.dp_mode not in ("naive", "ddp") or max(cfg.tp, cfg.pp, cfg.cp, cfg.ep) > 1):
         cfg.bad("normuon", "its per-neuron state is not sharded yet: use it with --dp-mode naive or ddp alone")
     if cfg.sp and cfg.tp == 1:
         cfg.bad("sp", "sequence parallelism needs --tp > 1")
+    if not isinstance(cfg.canon, str) or set(cfg.canon.upper()) - set(CANON_SITES):
+        cfg.bad("canon", f"must be letters of ABCD ({CANON_HELP}), or empty for none")
+    if set(cfg.canon.upper()) & set("CD") and cfg.moe_experts:
+        cfg.bad("canon", "sites C and D (the MLP's) are not in the MoE layers yet: use A and B with --moe-experts")
     if cfg.pp > 1:
         if cfg.pp > cfg.depth:
             cfg.bad("pp", f"needs at least one layer per stage (depth {cfg.depth})")
@@ -377,6 +388,8 @@ def model_config(
         backout=cfg.backout,
         qk_gain=cfg.qk_gain,
         ve_gate_input=cfg.ve_gate_input,
+        canon=cfg.canon,
+        canon_kernel=cfg.canon_kernel,
         pad_vocab_to=cfg.pad_vocab_to,
     )
 
@@ -493,6 +506,18 @@ def train_memory_bytes(
     dtype = {2: torch.bfloat16, 4: torch.float32, 8: torch.float64}[bytes_per_el] if bytes_per_el else None
     mem, _ = memory_per_rank(cfg, vocab_size, dp_size, dtype)
     return int(sum(v for k, v in mem.items() if k != "logits"))
+
+# %% ../nbs/11_train.ipynb #9c7ae406
+def window_summary(
+    gcfg: GPTConfig,  # the model's config
+    asked: int = 0,  # the run's --short-window (0: the default)
+) -> str:
+    "The layers' windows for the model line: 'SSSL, S window 64'; with no S layer, a window asked for is called unused."
+    pattern = "".join("L" if w is None else "S" for w in gcfg.layer_windows())
+    if "S" in pattern:
+        return f"{pattern}, S window {gcfg.short_window}"
+    # a pattern of L only, or depth 1 (the last layer is always L): no layer would use the window
+    return pattern + (f", --short-window {asked} unused: no S layer" if asked else "")
 
 # %% ../nbs/11_train.ipynb #ba76633e
 def grad_accum_steps(total_batch_size: int, device_batch_size: int, sequence_len: int, world_size: int) -> int:
@@ -983,12 +1008,11 @@ def describe(
 ) -> str:
     "The run's one-line summary: model, vocabulary, world and layout, batch arithmetic, dtype."
     moe = f", MoE {t.moe}" if t.moe else ""
+    moe += f", Canon {t.gcfg.canon} ({t.gcfg.canon_kernel} taps)" if t.gcfg.canon else ""
     tokens = t.num_steps * t.tokens_per_step
-    wins = t.gcfg.layer_windows()  # e.g. "SSSL, S window 64": which layers see a short window, and how short
-    pattern = "".join("L" if w is None else "S" for w in wins)
-    wins = pattern + (f", S window {t.gcfg.short_window}" if "S" in pattern else "")
+    windows = window_summary(t.gcfg, cfg.short_window)
     return (
-        f"model: depth {cfg.depth}, n_embd {t.gcfg.n_embd}, {t.gcfg.n_layer} layers ({wins}){moe}, "
+        f"model: depth {cfg.depth}, n_embd {t.gcfg.n_embd}, {t.gcfg.n_layer} layers ({windows}){moe}, "
         f"{t.n_params:,} params ({t.n_scaling_params:,} scaling), "
         f"{t.flops_per_token / 1e6:.1f} MFLOPs/token | vocab {t.tok.vocab_size} | world {world}: {layout} | "
         f"accum {t.accum}, {t.tokens_per_step:,} tokens/step, {t.num_steps} steps ({tokens:,} tokens) | "

@@ -23,8 +23,12 @@ VARIANTS = {  # name -> (model fields, optimizer keywords)
     "qk_gain": (dict(qk_gain=True), {}),
     "ve_gate_input": (dict(ve_gate_input=True), {}),
     "muon_stacked": ({}, dict(stacked=True)),
-    "canon_AC": (dict(canon="AC"), {}),
     "canon_A": (dict(canon="A"), {}),
+    "canon_B": (dict(canon="B"), {}),
+    "canon_D": (dict(canon="D"), {}),
+    "canon_AC": (dict(canon="AC"), {}),
+    "canon_BD": (dict(canon="BD"), {}),
+    "canon_ABCD": (dict(canon="ABCD"), {}),
     "all": (dict(smear=True, backout=True, qk_gain=True, ve_gate_input=True),
             dict(muon_method="polar_express", normuon=True, weight_decay=0.1, cautious_wd=True)),
 }

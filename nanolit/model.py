@@ -26,9 +26,9 @@ from .attention import attention, attention_masked
 __all__ = ['CANON_SITES', 'CANON_HELP', 'PACKED_MIN_ROWS', 'PACKED_MIN_WEIGHTS', 'VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES',
            'LOSS_CHUNK_BYTES_CPU', 'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear',
            'packed_cpu_weights', 'rotary_tables', 'apply_rotary', 'rotary_full', 'apply_rotary_full',
-           'canon_conv_naive', 'canon_conv', 'Canon', 'canon_site', 'CausalSelfAttention', 'MLP', 'Block', 'KVCache',
-           'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT', 'build_model',
-           'softcap', 'generate']
+           'canon_conv_naive', 'CanonConvFn', 'canon_conv', 'Canon', 'canon_site', 'CausalSelfAttention', 'MLP',
+           'Block', 'KVCache', 'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT',
+           'build_model', 'softcap', 'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 CANON_SITES = "ABCD"  # Canon layers' sites (Allen-Zhu 2025): before attention, on q|k|v, before the MLP, its hidden
@@ -253,6 +253,37 @@ def canon_conv_naive(
     return x + F.conv1d(xx, weight.flip(0).T[:, None, :].to(x.dtype), groups=C).transpose(1, 2)
 
 
+class CanonConvFn(torch.autograd.Function):
+    """The Canon layer from a sequence start with its own backward: forward y = x(1 + w_0), then y_{t} += w_j x_{t-j}
+    in place; backward dx = g(1 + w_0), dx_{t-j} += w_j g_t in place, dw_j = sum over (B, t) of g_t x_{t-j}.
+    Autograd over the same ops saves a product per tap and replays in-place slices through full-size copies: 7x
+    slower on a CPU (5 against 37 ms for (16, 256, 256), `bench/bench_recipe.py` for the whole step)."""
+
+    @staticmethod
+    def forward(ctx, x, w):  # x (B, T, C), w (K, C) in x's dtype
+        ctx.save_for_backward(x, w)
+        T = x.size(1)
+        y = x * (1 + w[0])
+        for j in range(1, min(w.size(0), T)):
+            y[:, j:].addcmul_(x[:, : T - j], w[j])
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        T, K = x.size(1), w.size(0)
+        g = g.contiguous()
+        dx = g * (1 + w[0])
+        dw = [(g * x).sum((0, 1))]
+        for j in range(1, K):
+            if j < T:
+                dx[:, : T - j].addcmul_(g[:, j:], w[j])
+                dw.append((g[:, j:] * x[:, : T - j]).sum((0, 1)))
+            else:  # a tap reaching before the row: only zeros, no gradient
+                dw.append(torch.zeros_like(w[j]))
+        return dx, torch.stack(dw)
+
+
 def canon_conv(
     x: Tensor,  # (B, T, C) this forward's inputs
     weight: Tensor,  # (K, C): weight[j] multiplies x_{t-j}
@@ -261,11 +292,10 @@ def canon_conv(
     "y_t = x_t + sum_j weight[j] x_{t-j}: K shifted multiply-adds over [state, x]."
     K, (B, T, C) = weight.size(0), x.shape
     w = weight.to(x.dtype)
-    y = x * (1 + w[0])
-    if state is None:  # training and scoring: zeros before the start, so each shifted product is added in place
-        for j in range(1, min(K, T)):  # (no copy of x, no new tensor per tap: 1.25x faster on a CPU)
-            y[:, j:].addcmul_(x[:, : T - j], w[j])
+    if state is None:  # training and scoring: zeros before the start, `CanonConvFn`'s in-place passes
+        y = CanonConvFn.apply(x, w)
         return y, torch.cat([x.new_zeros(B, max(K - 1 - T, 0), C), x[:, max(T - K + 1, 0) :]], 1)
+    y = x * (1 + w[0])
     xx = torch.cat([state.to(x.dtype), x], 1)  # (B, K-1+T, C): position t of x is row t+K-1
     for j in range(1, K):
         y = y + xx[:, K - 1 - j : K - 1 - j + T] * w[j]

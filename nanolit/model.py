@@ -256,8 +256,8 @@ def canon_conv_naive(
 class CanonConvFn(torch.autograd.Function):
     """The Canon layer from a sequence start with its own backward: forward y = x(1 + w_0), then y_{t} += w_j x_{t-j}
     in place; backward dx = g(1 + w_0), dx_{t-j} += w_j g_t in place, dw_j = sum over (B, t) of g_t x_{t-j}.
-    Autograd over the same ops saves a product per tap and replays in-place slices through full-size copies: 7x
-    slower on a CPU (5 against 37 ms for (16, 256, 256), `bench/bench_recipe.py` for the whole step)."""
+    On a CPU, one thread, (16, 256, 256) forward and backward: 5 ms, against 17 ms for autograd over the same in-place
+    ops (it replays each in-place slice through a full-size copy) and 37 ms over out-of-place shifted products."""
 
     @staticmethod
     def forward(ctx, x, w):  # x (B, T, C), w (K, C) in x's dtype

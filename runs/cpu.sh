@@ -28,11 +28,11 @@ TAIL_SHARE=${TAIL_SHARE:-0.4}
 # of two seeds; 11_train, "Shorter windows"; dev/LOG.md, 2026-12-06). A cpu_d4 checkpoint of an earlier cpu.sh (window 64)
 # resumes with SHORT_WINDOW=64; or train a new one under another RUN.
 SHORT_WINDOW=${SHORT_WINDOW:-2}
-# Canon layers (04; Allen-Zhu 2025) on the attention and MLP inputs (sites A and C), 4 taps each: 1.995 / 1.966 bpb
-# against 2.015 / 1.984 without (means of two seeds; 11_train, "Canon layers"; dev/LOG.md, 2026-12-07), for about 3% of
-# a CPU step. Sites B and D gain twice that but cost ~11% of the step here. CANON= (empty) switches them off: a cpu_d4
-# checkpoint of an earlier cpu.sh resumes that way; or train a new one under another RUN.
-CANON=${CANON-AC}
+# Canon layers (04; Allen-Zhu 2025) on each layer's q, k, v (site B), 4 taps: 1.981 / 1.957 bpb against 2.015 / 1.984
+# without (means of two seeds; 11_train, "Canon layers"; dev/LOG.md, 2026-12-07), for ~8% of a CPU step. B and D (the
+# MLP's hidden layer too) gain more, 1.977 / 1.952, for ~17%. CANON= (empty) switches them off: a cpu_d4 checkpoint of
+# an earlier cpu.sh resumes that way; or train a new one under another RUN.
+CANON=${CANON-B}
 echo "== 1/7 corpus ($CORPUS)"
 $PY -m nanolit.data --size "$CORPUS"
 echo "== 2/7 tokenizer (vocab $VOCAB)"

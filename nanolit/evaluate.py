@@ -234,7 +234,10 @@ def eval_base(
         except FileNotFoundError:
             missing.append(name)
     if missing and not data:
-        print0(f"warning: no CORE eval data under {eval_data_dir()} (`nanolit-eval data` builds it): bpb only")
+        print0(
+            f"warning: no CORE eval data under {eval_data_dir()} (`nanolit-eval data` builds it): the bpb pass runs, "
+            "then CORE stops with an error"
+        )
     bpb_exact = val_bpb(model, tokenizer, device)
     bpb = bpb_exact["bpb"] if bpb_exact else None
     if official:

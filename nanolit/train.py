@@ -229,6 +229,8 @@ def check_layout(
         cfg.bad("sp", "sequence parallelism needs --tp > 1")
     if not isinstance(cfg.canon, str) or set(cfg.canon.upper()) - set(CANON_SITES):
         cfg.bad("canon", f"must be letters of ABCD ({CANON_HELP}), or empty for none")
+    if cfg.canon and isinstance(cfg.canon_kernel, int) and cfg.canon_kernel > cfg.sequence_len:
+        cfg.bad("canon_kernel", f"must be <= sequence_len = {cfg.sequence_len}: taps past the row see only zeros")
     if set(cfg.canon.upper()) & set("CD") and cfg.moe_experts:
         cfg.bad("canon", "sites C and D (the MLP's) are not in the MoE layers yet: use A and B with --moe-experts")
     if cfg.pp > 1:
@@ -389,7 +391,7 @@ def model_config(
         qk_gain=cfg.qk_gain,
         ve_gate_input=cfg.ve_gate_input,
         canon=cfg.canon,
-        canon_kernel=cfg.canon_kernel,
+        canon_kernel=cfg.canon_kernel if cfg.canon else GPTConfig.canon_kernel,  # no Canon layer: the kernel is moot
         pad_vocab_to=cfg.pad_vocab_to,
     )
 
@@ -1009,6 +1011,7 @@ def describe(
     "The run's one-line summary: model, vocabulary, world and layout, batch arithmetic, dtype."
     moe = f", MoE {t.moe}" if t.moe else ""
     moe += f", Canon {t.gcfg.canon} ({t.gcfg.canon_kernel} taps)" if t.gcfg.canon else ""
+    moe += "".join(f", {p}" for p in ("smear", "backout", "qk_gain", "ve_gate_input") if getattr(t.gcfg, p))
     tokens = t.num_steps * t.tokens_per_step
     windows = window_summary(t.gcfg, cfg.short_window)
     return (

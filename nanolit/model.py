@@ -439,7 +439,8 @@ class Block(nn.Module):
     def forward(self, x, ve, cos, sin, window, kv_cache=None):
         "x (B, T, n_embd) -> x + attn(norm(x)), then + mlp(norm(x)); the rest as `CausalSelfAttention.forward`."
         x = x + self.attn(norm(x), ve, cos, sin, window, kv_cache)
-        return x + self.mlp(norm(x), kv_cache)
+        m = norm(x)  # one input unless decoding: 06c's DTensor plan declares the MLP's input layouts one by one
+        return x + (self.mlp(m) if kv_cache is None else self.mlp(m, kv_cache))
 
 # %% ../nbs/04_model.ipynb #5b2ea2df
 class KVCache:

@@ -164,6 +164,7 @@ class MoE(nn.Module):
     def forward(
         self,
         x: Tensor,  # (..., d)
+        kv_cache=None,  # accepted for the block's call (a MoE layer keeps no state in it)
     ) -> Tensor:
         """(..., d) in x's dtype: each token's top-k experts' outputs weighted by the routing weights."""
         shape, x = x.shape, x.reshape(-1, x.size(-1))
@@ -218,7 +219,10 @@ def moeify(
     group=None,  # if given, expert parallelism over it
     aux_scope: str = "group",  # see `MoE`
 ) -> nn.Module:
-    """Replace `block.mlp` of every block in `model.blocks` by a `MoE`; returns the model."""
+    """Replace `block.mlp` of every block in `model.blocks` by a `MoE`; returns the model. ValueError if the MLPs have
+    Canon layers (sites C, D: a MoE layer has none)."""
+    if any(getattr(b.mlp, s, None) is not None for b in model.blocks for s in ("canon_c", "canon_d")):
+        raise ValueError("Canon sites C and D (the MLP's) are not in the MoE layers yet")
     for b in model.blocks:
         d = b.mlp.c_fc.weight.size(1)
         dev = b.mlp.c_fc.weight.device

@@ -481,7 +481,9 @@ class _TPMLP(MLP):
     """MLP on this rank's slice of the hidden 4d: f (or SP all-gather, padded rows stay zero) in, g (or reduce-scatter)
     out."""
 
-    def forward(self, x):
+    def forward(self, x, kv_cache=None):
+        if kv_cache is not None:
+            raise NotImplementedError("KV-cached decoding under tensor parallelism is not implemented")
         g = self.tp_group
         x = gather_from_sp(x, g, 1) if self.tp_sp else copy_to_tp(x, g)
         y = super().forward(x)
@@ -554,6 +556,8 @@ def parallelize(
             f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w}): "
             f"heads are split whole, query heads with their KV head (GQA)"
         )
+    if c.canon:
+        raise ValueError(f"Canon layers (canon={c.canon!r}) are not in the tensor-parallel forward yet")
 
     def shard_(mod, name, dim):
         setattr(mod, name, _shard_param(getattr(mod, name), dim, group))
@@ -800,6 +804,8 @@ def parallelize_dtensor(
     c = model.config
     if c.n_kv_head % w:
         raise ValueError(f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w})")
+    if c.canon:
+        raise ValueError(f"Canon layers (canon={c.canon!r}) are not in the tensor-parallel forward yet")
     seq = Shard(1) if sp else Replicate()
     plan = {
         "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),

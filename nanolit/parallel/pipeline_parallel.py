@@ -124,14 +124,15 @@ class GPTStage(nn.Module):
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "This stage's parameters by optimizer treatment, as `GPT.param_groups` (matrix, embedding, lm_head, scalars)."
-        blocks = [p for b in self.blocks.values() for p in b.parameters()]
+        blocks = [(n, p) for b in self.blocks.values() for n, p in b.named_parameters()]
         return dict(
-            matrix=[p for p in blocks if p.ndim >= 2],
+            matrix=[p for _, p in blocks if p.ndim >= 2],
             embedding=([self.wte.weight] if self.is_first else []) + [e.weight for e in self.value_embeds.values()],
             lm_head=[self.lm_head.weight] if self.is_last else [],
             resid=[self.resid_lambdas],
             x0=[self.x0_lambdas],
-            scalar=[p for p in blocks if p.ndim < 2],
+            scalar=[p for n, p in blocks if p.ndim < 2 and ".canon_" not in n],
+            canon=[p for n, p in blocks if ".canon_" in n],  # Canon taps (04), as in `GPT.param_groups`
         )
 
 

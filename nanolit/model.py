@@ -24,11 +24,11 @@ from .attention import attention, attention_masked
 
 # %% auto #0
 __all__ = ['CANON_SITES', 'CANON_HELP', 'PACKED_MIN_ROWS', 'PACKED_MIN_WEIGHTS', 'VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES',
-           'LOSS_CHUNK_BYTES_CPU', 'RECIPE_SCALARS', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear',
+           'LOSS_CHUNK_BYTES_CPU', 'RECIPE_SCALARS', 'RECIPE_PIECES', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear',
            'packed_cpu_weights', 'rotary_tables', 'apply_rotary', 'rotary_full', 'apply_rotary_full',
            'canon_conv_naive', 'CanonConvFn', 'canon_conv', 'Canon', 'canon_site', 'CausalSelfAttention', 'MLP',
            'Block', 'KVCache', 'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT',
-           'build_model', 'softcap', 'generate']
+           'build_model', 'block_scalars', 'softcap', 'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 CANON_SITES = "ABCD"  # Canon layers' sites (Allen-Zhu 2025): before attention, on q|k|v, before the MLP, its hidden
@@ -321,8 +321,8 @@ class Canon(nn.Module):
 
     def forward(self, x: Tensor, kv_cache=None) -> Tensor:
         "x (B, T, C) -> x + the causal depthwise conv of x (and, with a `kv_cache`, of its cached inputs)."
-        if kv_cache is None:
-            return canon_conv(x, self.taps())[0]
+        if kv_cache is None:  # from the sequence start: no state to keep
+            return CanonConvFn.apply(x, self.taps().to(x.dtype))
         states = kv_cache.canon_state
         y, states[self.key] = canon_conv(x, self.taps(), states.get(self.key))
         return y
@@ -646,6 +646,7 @@ def has_value_embedding(layer_idx: int, n_layer: int) -> bool:
 
 
 RECIPE_SCALARS = ("smear_gate", "smear_lambda", "backout_lambda")  # the GPT's optional scalars (smear, backout)
+RECIPE_PIECES = ("smear", "backout", "qk_gain", "ve_gate_input")  # the on/off `GPTConfig` switches of those pieces
 SMEAR_CHANNELS = 24  # channels of x_t the smear gate reads (nanochat's choice)
 
 
@@ -732,10 +733,17 @@ def param_groups(self: GPT) -> dict[str, list[nn.Parameter]]:
         lm_head=[self.lm_head.weight],
         resid=[self.resid_lambdas],
         x0=[self.x0_lambdas],
-        scalar=[getattr(self, n) for n in RECIPE_SCALARS if hasattr(self, n)]
-        + [p for b in self.blocks for n, p in b.named_parameters() if p.ndim < 2 and ".canon_" not in n],
-        canon=[p for b in self.blocks for n, p in b.named_parameters() if ".canon_" in n],
+        scalar=[getattr(self, n) for n in RECIPE_SCALARS if hasattr(self, n)] + block_scalars(self.blocks)[0],
+        canon=block_scalars(self.blocks)[1],
     )
+
+
+def block_scalars(
+    blocks,  # the blocks (a `ModuleList`, or any iterable of `Block`s: a pipeline stage's)
+) -> tuple[list[nn.Parameter], list[nn.Parameter]]:  # (the 0-/1-D scalars, the Canon taps)
+    "The blocks' 0-/1-D parameters, split into the scalar group and the Canon taps (their own AdamW group, 05)."
+    named = [(n, p) for b in blocks for n, p in b.named_parameters() if p.ndim < 2]
+    return [p for n, p in named if ".canon_" not in n], [p for n, p in named if ".canon_" in n]
 
 
 @patch
@@ -827,13 +835,14 @@ def smear(
     self: GPT,
     x: Tensor,  # (B, T, n_embd) normed embeddings of this forward's tokens
     kv_cache=None,  # with cached positions, its `last_ids` (B, 1) are the tokens before x's first
+    first: Tensor | None = None,  # (B, 1, n_embd) the row before x's first, if known (06f's context parallel)
 ) -> Tensor:  # x's shape and dtype
-    "x_t + lambda * sigmoid(w . x_t[:24]) * x_{t-1}; x_{-1} is the cache's last token, or zero at position 0."
+    "x_t + lambda * sigmoid(w . x_t[:24]) * x_{t-1}; x_{-1} is `first`, the cache's last token, or zero at position 0."
     k = self.smear_gate.numel()
     gate = self.smear_lambda.to(x.dtype) * torch.sigmoid(x[..., :k] @ self.smear_gate.to(x.dtype))[..., None]
-    if kv_cache is not None and kv_cache.last_ids is not None:  # set by every forward on a cache
+    if first is None and kv_cache is not None and kv_cache.last_ids is not None:  # set by every forward on a cache
         first = norm(self.wte(kv_cache.last_ids).to(x.dtype))  # (B, 1, n_embd)
-    else:
+    elif first is None:
         first = torch.zeros_like(x[:, :1])
     return x + gate * torch.cat([first, x[:, :-1]], dim=1)
 

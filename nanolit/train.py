@@ -24,7 +24,16 @@ from .core import PEAK_FLOPS_BF16, cpu_peak_flops, get_peak_flops
 from .core import print0
 from .tokenizer import get_tokenizer
 from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
-from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES, CANON_SITES, CANON_HELP
+from nanolit.model import (
+    GPT,
+    GPTConfig,
+    build_model,
+    generate,
+    LOSS_CHUNK_BYTES,
+    CANON_SITES,
+    CANON_HELP,
+    RECIPE_PIECES,
+)
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
 from .optim import SCHEDULES, check_rates_kept, schedule_changes
 from .parallel.mesh import MeshLayout, init_mesh
@@ -219,10 +228,6 @@ def check_layout(
                 "tp",
                 f"must divide the {g.n_head} query and {g.n_kv_head} KV heads of depth {cfg.depth} (whole heads)",
             )
-    for n in ("tp", "pp", "cp"):
-        for piece in ("smear", "backout", "qk_gain", "ve_gate_input", "canon"):
-            if getattr(cfg, n) > 1 and getattr(cfg, piece):
-                cfg.bad(piece, f"is not in the --{n} forward yet (only the GPT's own)")
     if cfg.normuon and (cfg.dp_mode not in ("naive", "ddp") or max(cfg.tp, cfg.pp, cfg.cp, cfg.ep) > 1):
         cfg.bad("normuon", "its per-neuron state is not sharded yet: use it with --dp-mode naive or ddp alone")
     if cfg.sp and cfg.tp == 1:
@@ -1011,7 +1016,7 @@ def describe(
     "The run's one-line summary: model, vocabulary, world and layout, batch arithmetic, dtype."
     moe = f", MoE {t.moe}" if t.moe else ""
     moe += f", Canon {t.gcfg.canon} ({t.gcfg.canon_kernel} taps)" if t.gcfg.canon else ""
-    moe += "".join(f", {p}" for p in ("smear", "backout", "qk_gain", "ve_gate_input") if getattr(t.gcfg, p))
+    moe += "".join(f", {p}" for p in RECIPE_PIECES if getattr(t.gcfg, p))
     tokens = t.num_steps * t.tokens_per_step
     windows = window_summary(t.gcfg, cfg.short_window)
     return (

@@ -5,7 +5,9 @@ grad-norm clipping on, tolerance 1e-5):
   a checkpoint written at pp=2 resumes at pp=1 and at pp=4, and loads into a plain model with the same outputs;
 - expert parallel (#9): a MoE GPT at ep=2 equals the same MoE GPT on one process; a checkpoint written at ep=2 resumes at
   ep=1 and ep=4;
-- context parallel (#9): cp=2 equals one process; a checkpoint written at cp=2 resumes on one process.
+- context parallel (#9): cp=2 equals one process; a checkpoint written at cp=2 resumes on one process;
+- the recipe pieces of 04 (smear, backout, q gain, input-dependent value-embedding gates, Canon layers A-D) all on,
+  at tp2 + sp, pp2 x tp2 and cp2 (#16).
 
 fp64 for the reason given in tests/_helpers.py (summation-order noise amplified by Adam's tiny eps and Muon)."""
 import os
@@ -94,6 +96,21 @@ def test_cp_equals_single_process(tiny_base_dir):
     for out in run_distributed(_train, 2, tiny_base_dir, "cp2", cp=2, timeout=400): _close(out, ref)
     run_distributed(_train, 2, tiny_base_dir, "cp2_stop", cp=2, stop_after=2, timeout=400)
     _close(_train(tiny_base_dir, "cp2_stop", resume="true"), ref)
+
+
+# 04's recipe pieces all on: smear and Canon A-D read earlier positions (a halo under cp, a replica's summed gradient
+# under tp), backout carries the half-depth residual between pipeline stages, q_gain splits with the heads
+PIECES = dict(smear=True, backout=True, qk_gain=True, ve_gate_input=True, canon="ABCD")
+
+
+@pytest.mark.parametrize("kw", [dict(tp=2, sp=True), dict(pp=2, tp=2, pp_schedule="hand_1f1b"), dict(cp=2)],
+                         ids=["tp2+sp", "pp2xtp2", "cp2"])
+def test_recipe_pieces_equal_single_process_at_every_layout(tiny_base_dir, kw):
+    world = kw.get("tp", 1) * kw.get("pp", 1) * kw.get("cp", 1)
+    ref = _ref(tiny_base_dir, 1, **PIECES)
+    for out in run_distributed(_train, world, tiny_base_dir, "pieces_" + "_".join(f"{k}{v}" for k, v in kw.items()),
+                               **kw, **PIECES, timeout=400):
+        _close(out, ref)
 
 
 @pytest.mark.parametrize("kw", [dict(ep=2, **MOE), dict(cp=2)], ids=["ep2xdp2", "cp2xdp2"])

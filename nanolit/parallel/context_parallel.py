@@ -13,12 +13,13 @@ import torch.distributed as dist
 from fastcore.basics import patch
 from torch import Tensor
 
+from ..model import GPT, Canon, CanonConvFn, canon_conv
 from .mesh import Layout
 from .data_parallel import zero_missing_grads
 
 # %% auto #0
 __all__ = ['cp_padded_len', 'cp_chunks', 'cp_positions', 'cp_shard', 'cp_unshard', 'chunk_visible', 'cp_schedule',
-           'ring_attention', 'context_parallel', 'ContextParallel']
+           'ring_attention', 'cp_halo', 'cp_canon', 'cp_smear', 'context_parallel', 'ContextParallel']
 
 # %% ../../nbs/06f_context_parallel.ipynb #daa27966
 def cp_padded_len(T: int, W: int) -> int:
@@ -206,6 +207,77 @@ def ring_attention(
 # %% ../../nbs/06f_context_parallel.ipynb #de07e01b
 # Inside, `model(cp_shard(idx, r, W), cp_shard(targets, r, W, pad_value=-1), loss_reduction="sum")` gives this rank's
 # part of the summed loss.
+_AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the names torch 2.13 prefers
+_RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+class _GatherTails(torch.autograd.Function):
+    "All-gather every rank's chunk tails (2, B, n, C) into (W, 2, B, n, C); backward reduce-scatters the gradient."
+
+    @staticmethod
+    def forward(ctx, tails, group):
+        ctx.group = group
+        W = dist.get_world_size(group)
+        out = tails.new_empty((W * tails.size(0), *tails.shape[1:]))  # gloo wants the ranks along dim 0
+        _AG(out, tails.contiguous(), group=group)
+        return out.view(W, *tails.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        out = g.new_empty(g.shape[1:])
+        _RS(out, g.contiguous().flatten(0, 1), group=ctx.group)
+        return out, None
+
+
+# Chunk k's predecessor k-1 is rank k-1's head chunk (k < W) or rank 2W-1-(k-1)'s tail chunk: one all-gather of every
+# rank's two chunk tails serves all ranks (n W 2 B C numbers; a point-to-point halo would send n 2 B C).
+def cp_halo(
+    x: Tensor,  # (B, 2c, C) this rank's rows: its head chunk, then its tail chunk
+    n: int,  # rows wanted before each chunk, 1 <= n <= c
+    group=None,  # the cp group (None: one rank)
+) -> list[Tensor]:  # [(B, n, C), (B, n, C)]
+    """For each of this rank's two chunks, the n rows of the sequence just before its first row (zeros before
+    position 0), fetched from the ranks that hold them; differentiable. ValueError if n > c."""
+    W, r = (dist.get_world_size(group), dist.get_rank(group)) if group is not None else (1, 0)
+    c = x.size(1) // 2
+    if not 1 <= n <= c:
+        raise ValueError(
+            f"a halo of {n} rows needs chunks of at least {n} rows, got {c} (a longer sequence or less cp)"
+        )
+    tails = torch.stack([x[:, c - n : c], x[:, 2 * c - n :]])  # (2, B, n, C)
+    every = _GatherTails.apply(tails, group) if W > 1 else tails[None]
+    out = []
+    for k in cp_chunks(r, W):
+        if k == 0:
+            out.append(torch.zeros_like(tails[0]))
+        else:
+            out.append(every[k - 1, 0] if k - 1 < W else every[2 * W - k, 1])  # (owner rank, its head 0 / tail 1)
+    return out
+
+
+def cp_canon(
+    cn: Canon,  # a Canon layer (04)
+    x: Tensor,  # (B, 2c, C) this rank's rows
+    group=None,  # the cp group
+) -> Tensor:  # (B, 2c, C)
+    "The Canon layer on a context-parallel shard: each chunk convolved after the K-1 rows before it (`cp_halo`)."
+    w, c = cn.taps().to(x.dtype), x.size(1) // 2
+    if cn.kernel == 1:
+        return CanonConvFn.apply(x, w)
+    h = cp_halo(x, cn.kernel - 1, group)
+    return torch.cat([canon_conv(x[:, i * c : (i + 1) * c], w, h[i])[0] for i in range(2)], 1)
+
+
+def cp_smear(
+    model: GPT,  # a GPT with smear (04)
+    x: Tensor,  # (B, 2c, n_embd) this rank's normed embeddings
+    group=None,  # the cp group
+) -> Tensor:
+    "`GPT.smear` on a context-parallel shard: each chunk's first row smears in the row before it (`cp_halo`)."
+    c, h = x.size(1) // 2, cp_halo(x, 1, group)
+    return torch.cat([GPT.smear(model, x[:, i * c : (i + 1) * c], first=h[i]) for i in range(2)], 1)
+
+
 class context_parallel:
     """Context manager: run `model` on this rank's `cp_shard` of a length-T sequence, ring attention over `group`."""
 
@@ -221,6 +293,11 @@ class context_parallel:
             raise ValueError(
                 f"padded length {cp_padded_len(T, self.W)} exceeds the model's sequence_len {model.cos.size(0)}"
             )
+        c, K = cp_padded_len(T, self.W) // (2 * self.W), model.config.canon_kernel
+        if model.config.canon and K - 1 > c:
+            raise ValueError(
+                f"Canon layers of {K} taps need chunks of at least {K - 1} rows; T {T} over cp {self.W} gives {c}"
+            )
 
     def __enter__(self):
         m, pos = self.model, cp_positions(self.T, self.r, self.W, device=self.model.cos.device)
@@ -229,6 +306,12 @@ class context_parallel:
         group = self.group
         for b in m.blocks:
             b.attn.attn_fn = lambda q, k, v, window: ring_attention(q, k, v, window, group)
+        # the pieces that read earlier positions (04): instance attributes shadow the class's forward / smear
+        self.canons = [cn for cn in m.modules() if isinstance(cn, Canon)]
+        for cn in self.canons:
+            cn.forward = lambda x, kv_cache=None, cn=cn: cp_canon(cn, x, group)
+        if m.config.smear:
+            m.smear = lambda x, kv_cache=None: cp_smear(m, x, group)
         return self
 
     def __exit__(self, *exc):
@@ -236,6 +319,9 @@ class context_parallel:
         m.cos, m.sin, fns = self.saved
         for b, f in zip(m.blocks, fns):
             b.attn.attn_fn = f
+        for cn in self.canons:
+            del cn.forward
+        m.__dict__.pop("smear", None)
         return False
 
 # %% ../../nbs/06f_context_parallel.ipynb #5ccabe32

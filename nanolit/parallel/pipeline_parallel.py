@@ -18,7 +18,7 @@ from fastcore.basics import patch
 from torch import Tensor
 
 from ..core import detect_compute_dtype
-from ..model import GPT, norm, rotary_full, softcap
+from ..model import GPT, RECIPE_SCALARS, block_scalars, norm, rotary_full, softcap
 from .mesh import Layout, Mesh
 from .data_parallel import zero_missing_grads
 from .tensor_parallel import vocab_parallel_cross_entropy
@@ -53,7 +53,8 @@ def stage_layers(n_layer: int, num_stages: int) -> list[range]:
 # block, value-embedding and lm_head modules are shared with `model` (no copy); `resid_lambdas`/`x0_lambdas` are new
 # Parameters holding this stage's slice. forward(*acts, idx): `idx` (B,T) int64 on every stage (value embeddings are
 # looked up by token id); the first stage takes no `acts`, a later one takes acts = (x, x0), each (B,T,d) in the
-# compute dtype. It returns (x, x0), or on the last stage the fp32 softcapped logits (B,T,V), exactly as
+# compute dtype, and with backout (04) a third, the half-depth residual x_mid, once the stage holding layer
+# n_layer // 2 has run. It returns those acts, or on the last stage the fp32 softcapped logits (B,T,V), exactly as
 # `GPT.forward` computes them. A model already made tensor-parallel by `nanolit.parallel.tensor_parallel.parallelize`
 # (sp=False) works too: the last stage then returns this tp rank's vocabulary slice and `loss` is the vocab-parallel
 # cross-entropy.
@@ -86,31 +87,47 @@ class GPTStage(nn.Module):
         self.x0_lambdas = nn.Parameter(model.x0_lambdas.detach()[sl].clone())
         self.register_buffer("cos", model.cos, persistent=False)
         self.register_buffer("sin", model.sin, persistent=False)
+        self.mid = c.n_layer // 2  # backout's layer: the residual entering it is x_mid
+        if c.smear and self.is_first:  # the smear and backout scalars are shared with `model`, as its modules are
+            self.smear_gate, self.smear_lambda = model.smear_gate, model.smear_lambda
+        if c.backout and self.is_last:
+            self.backout_lambda = model.backout_lambda
+
+    @property
+    def n_acts_in(self) -> int:
+        "How many activations this stage receives: 0 on the first, 3 after backout's layer has run, else 2."
+        return 0 if self.is_first else 3 if self.config.backout and self.layers.start > self.mid else 2
 
     # ValueError if `idx` is not 2-D or a later stage gets other than two activations.
     def forward(
         self,
-        *acts: Tensor,  # () on the first stage, else (x, x0), each (B,T,d) in the compute dtype
+        *acts: Tensor,  # () on the first stage, else (x, x0) or (x, x0, x_mid), each (B,T,d) in the compute dtype
         idx: Tensor,  # (B,T) int64 token ids
     ):
         """Run this stage's layers: (x, x0), or on the last stage fp32 softcapped logits (B,T,V) (tp: a vocab slice)."""
         if idx.ndim != 2:
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         dtype = detect_compute_dtype(idx.device.type)
+        if len(acts) != self.n_acts_in:
+            raise ValueError(f"stage {self.stage_index} expects {self.n_acts_in} activations, got {len(acts)}")
+        c, x_mid = self.config, acts[2] if len(acts) == 3 else None
         if self.is_first:
             x = x0 = norm(self.wte(idx).to(dtype))
+            x = x0 = GPT.smear(self, x) if c.smear else x  # `GPT.smear` reads only the two scalars without a cache
         else:
-            if len(acts) != 2:
-                raise ValueError(f"stage {self.stage_index} expects (x, x0), got {len(acts)} tensors")
-            x, x0 = acts
+            x, x0 = acts[:2]
         T = idx.size(1)
         cos, sin = rotary_full(self.cos[:T], self.sin[:T], dtype)
         for j, i in enumerate(self.layers):
+            if c.backout and i == self.mid:
+                x_mid = x
             x = self.resid_lambdas[j].to(dtype) * x + self.x0_lambdas[j].to(dtype) * x0
             ve = self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
             x = self.blocks[str(i)](x, ve, cos, sin, self.windows[j])
         if not self.is_last:
-            return x, x0
+            return (x, x0) if x_mid is None else (x, x0, x_mid)
+        if c.backout:
+            x = x - self.backout_lambda.to(dtype) * x_mid
         logits = self.lm_head(norm(x)) if self.tp_group is None else self.lm_head(norm(x), seq_len=T)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for fp64), as GPT's loss
         return softcap(logits, self.config.logit_softcap)
@@ -124,15 +141,16 @@ class GPTStage(nn.Module):
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         "This stage's parameters by optimizer treatment, as `GPT.param_groups` (matrix, embedding, lm_head, scalars)."
-        blocks = [(n, p) for b in self.blocks.values() for n, p in b.named_parameters()]
+        scalar, canon = block_scalars(self.blocks.values())
+        own = [getattr(self, n) for n in RECIPE_SCALARS if hasattr(self, n)]
         return dict(
-            matrix=[p for _, p in blocks if p.ndim >= 2],
+            matrix=[p for b in self.blocks.values() for p in b.parameters() if p.ndim >= 2],
             embedding=([self.wte.weight] if self.is_first else []) + [e.weight for e in self.value_embeds.values()],
             lm_head=[self.lm_head.weight] if self.is_last else [],
             resid=[self.resid_lambdas],
             x0=[self.x0_lambdas],
-            scalar=[p for n, p in blocks if p.ndim < 2 and ".canon_" not in n],
-            canon=[p for n, p in blocks if ".canon_" in n],  # Canon taps (04), as in `GPT.param_groups`
+            scalar=own + scalar,  # as `GPT.param_groups`: the smear / backout scalars first, then the blocks'
+            canon=canon,
         )
 
 

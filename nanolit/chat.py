@@ -139,10 +139,11 @@ def stream_reply(
     max_tokens: int = 512,  # longest reply
     seed: int | None = None,  # None: a fresh random seed per reply
     top_p: float | None = None,  # nucleus mass (None: off)
+    on_finish: Callable[[str], None] | None = None,  # called with why it ended ('stop', 'length', 'context', ...)
 ) -> Iterator[str]:
     """Yield the assistant reply to `tokens` as text pieces (whole UTF-8 characters)."""
     seed = random.randrange(2**31) if seed is None else seed
-    kw = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    kw = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, seed=seed, on_finish=on_finish)
     pieces = engine.stream_text(tokens, **kw, **({} if top_p is None else dict(top_p=top_p)))
     try:
         for piece in pieces:
@@ -265,8 +266,9 @@ class ChatSession:
 
     def _stream(self, ids, stop, sampling, question, added):
         pieces, keep = [], False
+        self.finish_reason = None  # why the last reply ended, once it has ('context': the model's context is full)
         try:
-            for p in stream_reply(self.engine, ids, stop, **sampling):
+            for p in stream_reply(self.engine, ids, stop, **sampling, on_finish=self._finished):
                 pieces.append(p)
                 yield p
             keep = True
@@ -282,6 +284,9 @@ class ChatSession:
                     self.messages.append(dict(role="assistant", content="".join(pieces)))
                 elif added:
                     self.messages.pop()  # nothing generated: roll back the user message
+
+    def _finished(self, reason: str) -> None:
+        self.finish_reason = reason
 
     def send(self, text: str, **sampling) -> str:
         "The whole reply to `text` (appended to the conversation)."
@@ -306,6 +311,11 @@ def chat_repl(
                 out.write(piece)
                 out.flush()
             out.write("\n")
+            if getattr(session, "finish_reason", None) == "context":  # cut short, not finished: say so
+                n = session.model.config.sequence_len
+                (sys.stderr if out is sys.stdout else out).write(
+                    f"(the reply stopped at the model's context of {n} tokens: /reset to start a new conversation)\n"
+                )
             return True
         except ValueError as e:
             (sys.stderr if out is sys.stdout else out).write(f"error: {e}\n")
@@ -1017,6 +1027,11 @@ def main(
         + ([f"--max-tokens must be in [1, 1024], got {max_tokens}"] if not 1 <= max_tokens <= 1024 else [])
         + ([f"--stage must be one of {sorted(STAGE_COMMANDS)}, got {stage!r}"] if stage not in STAGE_COMMANDS else [])
         + ([f"--port must be in [1, 65535], got {port}"] if web and not 1 <= port <= 65535 else [])
+        + [
+            f"--{n} is for the terminal chat; the web page takes its messages from the browser"
+            for n, v in (("prompt", Prompt), ("system", system))
+            if web and v is not None
+        ]
     )
     try:
         device = parse_device(device) if device is not None else None

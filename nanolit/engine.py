@@ -16,7 +16,7 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -1064,12 +1064,15 @@ def stream_text(
     top_p: float | None = None,  # as in `sample_next`
     seed: int = 42,  # seeds the sampler
     specials: bool = True,  # show special tokens (tool calls and outputs) by name, else leave them out
+    on_finish: Callable[[str], None] | None = None,  # called with the finish reason (`FINISH_REASONS`) at the end
 ) -> Iterator[str]:
     """Generate one reply (a `ContinuousBatch` of one) and yield its text in pieces of whole UTF-8 characters."""
     cb, dec = ContinuousBatch(self, 1), Utf8Stream()
     cb.submit(Request(tokens, max_tokens, temperature, top_k, top_p, seed))
     while not cb.idle:
         for e in cb.step():
+            if e.finish_reason and on_finish is not None:
+                on_finish(e.finish_reason)
             if piece := self.event_text(dec, e, specials):
                 yield piece
     if tail := dec.flush():

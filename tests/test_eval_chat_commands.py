@@ -54,3 +54,12 @@ def test_chat_command_both_ways(tmp_path):
         assert "Traceback" not in r.stderr
     help_ = _run(cmd + ["--help"], tmp_path)
     assert help_.returncode == 0 and "--web" in help_.stdout and "--temperature" in help_.stdout
+
+
+def test_chat_refuses_terminal_options_with_web(tmp_path):
+    "`-p` and `--system` belong to the terminal chat: with `--web` they would be dropped, so the command refuses them."
+    cmd = _ways("chat", tmp_path)["-m"]
+    for extra, name in ((["-p", "hi"], "--prompt"), (["--system", "be brief"], "--system")):
+        r = _run(cmd + ["--web", *extra], tmp_path)
+        assert r.returncode == 2 and f"{name} is for the terminal chat" in r.stderr, r.stderr[-2000:]
+        assert "Traceback" not in r.stderr

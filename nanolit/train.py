@@ -928,10 +928,19 @@ def setup_training(
             "not in the --tp/--pp/--cp forwards yet; use --pad-vocab-to 1 there"
         )
     what = f"training (B {B} x T {T}, {gcfg.n_layer} layers of width {gcfg.n_embd}, vocab {gcfg.vocab_size}, "
+    # the MLP weights alone in fp32 bound the need from below in closed form: a model far past the device (--depth
+    # 100000) is refused now, not after building millions of meta modules for the trace
+    floor, have = 8 * gcfg.n_layer * gcfg.n_embd**2 * 4 / (cfg.tp * cfg.pp), device_memory_bytes(run.device)
+    if floor > MEMORY_REFUSE_FACTOR * have:
+        raise ValueError(
+            f"depth {cfg.depth} ({gcfg.n_layer} layers of width {gcfg.n_embd}): its MLP weights alone take "
+            f"{_gib(floor)} per rank, more than {MEMORY_REFUSE_FACTOR}x the {_gib(have)} of memory on {run.device}: "
+            "choose a smaller --depth (or split the model with --tp / --pp)"
+        )
     need = train_memory_bytes(cfg, gcfg.vocab_size, layout.mesh.size("dp"))
     note = check_memory(
         need,
-        device_memory_bytes(run.device),
+        have,
         f"{what}{detect_compute_dtype(torch.device(run.device).type)}) on {run.device}",
     )
     if note:  # refuse only what cannot fit (above), warn on what may not

@@ -19,6 +19,13 @@ def test_warmup_longer_than_the_run_is_refused(tiny_base_dir, monkeypatch):
         train(TrainConfig(tag="warm", warmup_steps=100, **SMALL))
 
 
+def test_an_absurd_depth_is_refused_at_once(tiny_base_dir, monkeypatch):
+    "--depth 100000 used to hang building millions of meta modules for the memory trace; a closed-form floor refuses it."
+    monkeypatch.setenv("NANOLIT_BASE_DIR", str(tiny_base_dir))
+    with pytest.raises(ValueError, match="depth 100000 .* MLP weights alone take .* choose a smaller --depth"):
+        train(TrainConfig(tag="deep", **{**SMALL, "depth": 100000}))
+
+
 def test_plan_advice_fits_the_case():
     with pytest.raises(ValueError, match="state alone take .*shard them with --dp-mode fsdp2"):
         train(TrainConfig(depth=100, device_batch_size=1, dp_mode="zero2", **H100))

@@ -8,6 +8,7 @@ Docs: https://nanolit.github.io/nanolit/checkpoint.html.md"""
 from __future__ import annotations
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import re
@@ -30,11 +31,11 @@ from .parallel.expert_parallel import moeify
 from .parallel.data_parallel import ZeroMuonAdamW
 
 # %% auto #0
-__all__ = ['STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint', 'remove_checkpoint',
-           'list_checkpoints', 'incomplete_checkpoints', 'find_last_step', 'clean_stale_temps', 'save_checkpoint',
-           'load_checkpoint', 'export_safetensors', 'load_safetensors', 'optimizer_state_dict', 'param_groups_json',
-           'dcp_state', 'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta', 'stage_command', 'latest_tag',
-           'load_model']
+__all__ = ['DIGEST_MAX_BYTES', 'STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint',
+           'remove_checkpoint', 'list_checkpoints', 'incomplete_checkpoints', 'find_last_step', 'clean_stale_temps',
+           'save_checkpoint', 'load_checkpoint', 'export_safetensors', 'load_safetensors', 'optimizer_state_dict',
+           'param_groups_json', 'dcp_state', 'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta',
+           'stage_command', 'latest_tag', 'load_model']
 
 # %% ../nbs/07_checkpoint.ipynb #4f2bc1d8
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -111,11 +112,23 @@ def step_path(ckpt_dir, step: int) -> Path:
     return Path(ckpt_dir) / f"step_{step:06d}"
 
 # %% ../nbs/07_checkpoint.ipynb #239a104e
+DIGEST_MAX_BYTES = 1 << 20  # files up to this size (meta.json, a DCP .metadata) get a sha256 in the COMPLETE marker
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _is_complete(d: Path) -> bool:
-    "A step dir is complete iff its COMPLETE marker parses and every file it lists exists with the recorded size."
+    """A step dir is complete iff its COMPLETE marker parses, every file it lists exists with the recorded size, and
+    the small files it hashed (older markers hash none) have their recorded sha256: junk of the right size is caught
+    there, where a parse error would otherwise surface as a traceback at load time."""
     try:
-        files = json.loads((d / _MARKER).read_text())["files"]
-        return all((d / n).stat().st_size == size for n, size in files.items())
+        marker = json.loads((d / _MARKER).read_text())
+        files, digests = marker["files"], marker.get("sha256", {})
+        return all((d / n).stat().st_size == size for n, size in files.items()) and all(
+            _sha256(d / n) == h for n, h in digests.items()
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
 
@@ -200,8 +213,9 @@ def clean_stale_temps(
 def _commit(root: Path, tmp: Path, final: Path, step: int, sizes: dict, keep_last: int | None) -> None:
     """Seal the fully written temp dir `tmp` (a COMPLETE marker listing `sizes`, written and fsynced last), rename it
     to `final` (exchanging with an existing step dir), then apply `keep_last`. Shared by both writers."""
+    digests = {n: _sha256(tmp / n) for n, size in sizes.items() if size <= DIGEST_MAX_BYTES}
     with open(tmp / _MARKER, "w") as f:
-        json.dump({"step": step, "files": sizes}, f)
+        json.dump({"step": step, "files": sizes, "sha256": digests}, f)
         _fsync_file(f)
     _fsync_dir(tmp)
     if final.exists():

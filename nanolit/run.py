@@ -119,7 +119,7 @@ def skipped_note(
 ) -> str:
     "The one wording of what a skipped checkpoint is, for `resume_mode` and `Run.load_meta`'s warnings."
     steps = ", ".join(f"step_{s:06d}" for s in bad)
-    why = "a file is missing or its size differs from the COMPLETE record"
+    why = "a file is missing, or its size or checksum differs from the COMPLETE record"
     return f"{steps} in {ckpt_dir}: incomplete or damaged ({why})"
 
 # %% ../nbs/10b_run.ipynb #87e3496c

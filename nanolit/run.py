@@ -137,6 +137,14 @@ def check_fresh_dir(
     return steps
 
 
+def _layer_windows(model_config: dict) -> list | None:
+    "The layers' attention windows a model config dict builds (None if it does not build)."
+    try:
+        return GPTConfig(**model_config).layer_windows()
+    except (TypeError, ValueError):
+        return None
+
+
 def check_model_config(
     meta: dict,  # a checkpoint's meta.json
     model_config: dict,  # this run's `asdict(GPTConfig)`
@@ -148,7 +156,13 @@ def check_model_config(
     if saved is None:
         raise ValueError(f"{ckpt_dir}: meta.json has no model_config; not a nanolit training checkpoint")
     saved = {f.name: f.default for f in fields(GPTConfig)} | saved  # a field newer than the checkpoint: its default
-    diff = [f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}" for k, v in model_config.items() if saved.get(k) != v]
+    # two patterns (or short windows) that give every layer the same window build the same model (SL, SSSL at depth 2)
+    moot = {"window_pattern", "short_window"} if _layer_windows(saved) == _layer_windows(model_config) else set()
+    diff = [
+        f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}"
+        for k, v in model_config.items()
+        if saved.get(k) != v and k not in moot
+    ]
     if diff:
         old = meta.get("config") or {}
         names = ("depth", "aspect_ratio", "head_dim", "window_pattern", "sequence_len")

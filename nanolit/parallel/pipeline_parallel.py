@@ -98,13 +98,14 @@ class GPTStage(nn.Module):
         "How many activations this stage receives: 0 on the first, 3 after backout's layer has run, else 2."
         return 0 if self.is_first else 3 if self.config.backout and self.layers.start > self.mid else 2
 
-    # ValueError if `idx` is not 2-D or a later stage gets other than two activations.
+    # ValueError if `idx` is not 2-D or the stage gets other than `n_acts_in` activations.
     def forward(
         self,
         *acts: Tensor,  # () on the first stage, else (x, x0) or (x, x0, x_mid), each (B,T,d) in the compute dtype
         idx: Tensor,  # (B,T) int64 token ids
     ):
-        """Run this stage's layers: (x, x0), or on the last stage fp32 softcapped logits (B,T,V) (tp: a vocab slice)."""
+        """Run this stage's layers: the acts for the next stage, or on the last fp32 softcapped logits (B,T,V) (tp: a
+        vocab slice)."""
         if idx.ndim != 2:
             raise ValueError(f"idx must be (B, T), got shape {tuple(idx.shape)}")
         dtype = detect_compute_dtype(idx.device.type)

@@ -111,20 +111,19 @@ def prompt_tokens(
         raise ChatLimitError(f"{n_user} user turns; the limit is {max_turns} (start a new conversation)")
     if messages[-1]["role"] != "user":
         raise ValueError("the last message must be from the user")
+    advice = "shorten the message" if n_user == 1 else "start a new conversation"
     if context_len is not None:
         # a token is at most `longest` bytes and a character at least one: surely too long, so not tokenized
         longest, chars = max(int(tokenizer.token_bytes().max()), 1), sum(len(m["content"]) for m in messages)
         if chars > context_len * longest:
             raise ChatLimitError(
                 f"the conversation has {chars} characters, at least {-(-chars // longest)} tokens; "
-                f"the model's context is {context_len} (start a new conversation)"
+                f"the model's context is {context_len} ({advice})"
             )
     rendered = [dict(m, content=assistant_parts(m["content"])) if m["role"] == "assistant" else m for m in messages]
     ids = tokenizer.render_for_completion({"messages": rendered})
     if context_len is not None and len(ids) >= context_len:
-        raise ChatLimitError(
-            f"the conversation is {len(ids)} tokens; the model's context is {context_len} (start a new conversation)"
-        )
+        raise ChatLimitError(f"the conversation is {len(ids)} tokens; the model's context is {context_len} ({advice})")
     return ids
 
 # %% ../nbs/14_chat.ipynb #483abd15
@@ -312,9 +311,9 @@ def chat_repl(
                 out.flush()
             out.write("\n")
             if getattr(session, "finish_reason", None) == "context":  # cut short, not finished: say so
-                n = session.model.config.sequence_len
+                n, then = session.model.config.sequence_len, "" if prompt is not None else ": /reset to start over"
                 (sys.stderr if out is sys.stdout else out).write(
-                    f"(the reply stopped at the model's context of {n} tokens: /reset to start a new conversation)\n"
+                    f"(the reply stopped at the model's context of {n} tokens{then})\n"
                 )
             return True
         except ValueError as e:

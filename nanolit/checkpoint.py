@@ -311,16 +311,29 @@ def save_checkpoint(
     return final
 
 # %% ../nbs/07_checkpoint.ipynb #f270cea2
+def _damaged(
+    path,  # the file, or the step folder of a DCP checkpoint
+    e: Exception,  # what reading it raised
+) -> ValueError:
+    "One line for a checkpoint file that does not read back (damaged at the recorded size: its COMPLETE record fits)."
+    lines = [s.strip() for s in str(e).splitlines() if s.strip() and "documentation" not in s]  # not torch's advice
+    why = (lines or [""])[-1][:160]
+    return ValueError(
+        f"{path} does not load, so it is damaged ({type(e).__name__}: {why}); move its step folder aside to use the "
+        f"checkpoint before it"
+    )
+
+
 def _torch_load(path, device):
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as e:
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
+        if "Unsupported global" in str(e):  # a pickled class (torch's text for junk says "weights_only" too)
             raise RuntimeError(
                 f"{path} holds objects other than tensors and plain containers; register their classes "
                 f"with torch.serialization.add_safe_globals to load it safely ({e})"
             ) from e
-        raise
+        raise _damaged(path, e) from e
 
 
 # Tensors keep their saved dtype; model keys are cleaned of `_orig_mod.`/`module.` (see `clean_state_dict`) so a
@@ -329,6 +342,14 @@ def _torch_load(path, device):
 # lists the complete ones). A DCP step dir (`save_dcp_checkpoint`) is read on this process alone (no collectives), in
 # full: `optim_state` is then `{"state": {param name: {key: tensor}}, "param_groups": [...]}`, the layout-free form
 # of `optimizer_state_dict`.
+def _missing_step(ckpt_dir, step: int) -> FileNotFoundError:
+    "The error for a step that is not a complete checkpoint: absent, or there but cut short or damaged."
+    there = " (it is there, but incomplete or damaged)" if step in incomplete_checkpoints(ckpt_dir) else ""
+    return FileNotFoundError(
+        f"no complete checkpoint for step {step} in {ckpt_dir}{there}; complete steps: {list_checkpoints(ckpt_dir)}"
+    )
+
+
 def load_checkpoint(
     ckpt_dir,  # the run's checkpoint folder
     step: int | None = None,  # None: the newest complete one
@@ -340,9 +361,7 @@ def load_checkpoint(
         step = find_last_step(ckpt_dir)
     d = step_path(ckpt_dir, step)
     if not (d.is_dir() and _is_complete(d)):
-        raise FileNotFoundError(
-            f"no complete checkpoint for step {step} in {ckpt_dir}; complete steps: {list_checkpoints(ckpt_dir)}"
-        )
+        raise _missing_step(ckpt_dir, step)
     if is_dcp_checkpoint(d):  # written by save_dcp_checkpoint (below)
         meta = json.loads((d / "meta.json").read_text())
         model_state, optim_state = _load_dcp_full(d, device, load_optim)
@@ -641,9 +660,7 @@ def _complete_step_dir(ckpt_dir, step):
         step = find_last_step(ckpt_dir)
     d = step_path(ckpt_dir, step)
     if not (d.is_dir() and _is_complete(d)):
-        raise FileNotFoundError(
-            f"no complete checkpoint for step {step} in {ckpt_dir}; complete steps: {list_checkpoints(ckpt_dir)}"
-        )
+        raise _missing_step(ckpt_dir, step)
     return d
 
 # %% ../nbs/07_checkpoint.ipynb #74589b6f
@@ -675,7 +692,10 @@ def load_dcp_checkpoint(
     want = _optim_templates(optimizer, model, saved) if optimizer is not None else {}
     state.update({f"optim/{k}": v for k, v in want.items()})
     with _quiet_single_process():
-        dcp.load(state, checkpoint_id=str(d), no_dist=not _dist_on())
+        try:
+            dcp.load(state, checkpoint_id=str(d), no_dist=not _dist_on())
+        except Exception as e:  # a file of the recorded size that does not read back
+            raise _damaged(d, e) from e
     model.load_state_dict({to_raw[k]: state[f"model/{k}"] for k in clean})
     meta = json.loads((d / "meta.json").read_text())
     if optimizer is not None:
@@ -693,7 +713,10 @@ def _load_dcp_full(d: Path, device, load_optim: bool):
     keep = {k: m for k, m in saved.items() if k.startswith("model/") or (load_optim and k.startswith("optim/"))}
     state = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype, device=device) for k, m in keep.items()}
     with _quiet_single_process():
-        dcp.load(state, checkpoint_id=str(d), no_dist=True)
+        try:
+            dcp.load(state, checkpoint_id=str(d), no_dist=True)
+        except Exception as e:
+            raise _damaged(d, e) from e
     model_state = {k[len("model/") :]: v for k, v in state.items() if k.startswith("model/")}
     if not load_optim:
         return model_state, None
@@ -762,6 +785,9 @@ def load_model(
             " (or point --tag, or SFT and RL's --source-tag, at an existing one)"
         )
     sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
+    if step is None and (newer := [s for s in incomplete_checkpoints(d) if s > meta["step"]]):  # say what was skipped
+        names = ", ".join(f"step_{s:06d}" for s in newer)
+        print(f"warning: {names} in {d} incomplete or damaged; loaded step {meta['step']}", file=sys.stderr)
     if "model_config" not in meta:
         raise ValueError(f"{d}: meta.json has no 'model_config'; not a nanolit model checkpoint")
     model = model_from_meta(meta, device)  # dense or MoE, initialised; the saved weights are loaded next

@@ -328,6 +328,14 @@ def cli_bool(
     raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
 
 
+cli_bool.__name__ = "bool"  # what the help shows for the option's type: --smear (bool)
+
+
+def _choice(v: str) -> str:
+    "A mode's command-line text, any case (--resume TRUE), as its lowercase choice."
+    return str(v).strip().lower()
+
+
 def cli_from_dataclass(
     cls,  # a dataclass: its fields are the options (types, defaults, trailing comments as help)
     fn,  # called as fn(cls(**options)); a user error in it exits with one line (`exit_on_user_error`)
@@ -343,6 +351,7 @@ def cli_from_dataclass(
         t, extra = hints[f.name], {}
         if get_origin(t) is Literal:  # a mode: argparse checks the value against the choices
             t, extra = type(get_args(t)[0]), {"choices": list(get_args(t))}
+            t = _choice if all(isinstance(a, str) and a == a.lower() for a in get_args(hints[f.name])) else t
         t = cli_bool if t is bool else t
         default = f.default if f.default is not _MISSING else f.default_factory()
         anno = Annotated[t, helps.get(f.name) or "", extra] if extra else Annotated[t, helps.get(f.name) or ""]

@@ -236,6 +236,14 @@ def check_layout(
         cfg.bad("canon", f"must be letters of ABCD ({CANON_HELP}), or empty for none")
     if cfg.canon and isinstance(cfg.canon_kernel, int) and cfg.canon_kernel > cfg.sequence_len:
         cfg.bad("canon_kernel", f"must be <= sequence_len = {cfg.sequence_len}: taps past the row see only zeros")
+    if cfg.canon and cfg.cp > 1 and isinstance(cfg.canon_kernel, int) and isinstance(cfg.sequence_len, int):
+        c = cfg.sequence_len // (2 * cfg.cp)  # each cp rank holds two chunks of every row (06f)
+        if cfg.canon_kernel - 1 > c:
+            cfg.bad(
+                "canon_kernel",
+                f"reads the {cfg.canon_kernel - 1} tokens before each context-parallel chunk, and --cp {cfg.cp} cuts "
+                f"a row of {cfg.sequence_len} into chunks of {c}: at most {c + 1} taps",
+            )
     if set(cfg.canon.upper()) & set("CD") and cfg.moe_experts:
         cfg.bad("canon", "sites C and D (the MLP's) are not in the MoE layers yet: use A and B with --moe-experts")
     if cfg.pp > 1:
@@ -933,9 +941,10 @@ def setup_training(
     floor, have = 8 * gcfg.n_layer * gcfg.n_embd**2 * 4 / (cfg.tp * cfg.pp), device_memory_bytes(run.device)
     if floor > MEMORY_REFUSE_FACTOR * have:
         raise ValueError(
-            f"depth {cfg.depth} ({gcfg.n_layer} layers of width {gcfg.n_embd}): its MLP weights alone take "
-            f"{_gib(floor)} per rank, more than {MEMORY_REFUSE_FACTOR}x the {_gib(have)} of memory on {run.device}: "
-            "choose a smaller --depth (or split the model with --tp / --pp)"
+            f"the model ({gcfg.n_layer} layers of width {gcfg.n_embd}: --depth {cfg.depth}, --aspect-ratio "
+            f"{cfg.aspect_ratio}, --head-dim {cfg.head_dim}): its MLP weights alone take {_gib(floor)} per rank, more "
+            f"than {MEMORY_REFUSE_FACTOR}x the {_gib(have)} of memory on {run.device}: choose a smaller --depth or "
+            "--aspect-ratio (the width is depth x aspect ratio, rounded up to whole heads), or split it with --tp / --pp"
         )
     need = train_memory_bytes(cfg, gcfg.vocab_size, layout.mesh.size("dp"))
     note = check_memory(

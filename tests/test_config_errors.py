@@ -22,7 +22,7 @@ def test_warmup_longer_than_the_run_is_refused(tiny_base_dir, monkeypatch):
 def test_an_absurd_depth_is_refused_at_once(tiny_base_dir, monkeypatch):
     "--depth 100000 used to hang building millions of meta modules for the memory trace; a closed-form floor refuses it."
     monkeypatch.setenv("NANOLIT_BASE_DIR", str(tiny_base_dir))
-    with pytest.raises(ValueError, match="depth 100000 .* MLP weights alone take .* choose a smaller --depth"):
+    with pytest.raises(ValueError, match="--depth 100000.* MLP weights alone take .* choose a smaller --depth"):
         train(TrainConfig(tag="deep", **{**SMALL, "depth": 100000}))
 
 

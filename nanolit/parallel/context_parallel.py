@@ -296,7 +296,8 @@ class context_parallel:
         c, K = cp_padded_len(T, self.W) // (2 * self.W), model.config.canon_kernel
         if model.config.canon and K - 1 > c:
             raise ValueError(
-                f"Canon layers of {K} taps need chunks of at least {K - 1} rows; T {T} over cp {self.W} gives {c}"
+                f"Canon layers of {K} taps need the {K - 1} tokens before each chunk inside one chunk; a sequence of "
+                f"{T} over cp {self.W} gives chunks of {c} tokens (at most {c + 1} taps)"
             )
 
     def __enter__(self):

@@ -205,8 +205,6 @@ def ring_attention(
     return o.transpose(1, 2)
 
 # %% ../../nbs/06f_context_parallel.ipynb #de07e01b
-# Inside, `model(cp_shard(idx, r, W), cp_shard(targets, r, W, pad_value=-1), loss_reduction="sum")` gives this rank's
-# part of the summed loss.
 _AG = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the names torch 2.13 prefers
 _RS = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
@@ -278,6 +276,8 @@ def cp_smear(
     return torch.cat([GPT.smear(model, x[:, i * c : (i + 1) * c], first=h[i]) for i in range(2)], 1)
 
 
+# Inside, `model(cp_shard(idx, r, W), cp_shard(targets, r, W, pad_value=-1), loss_reduction="sum")` gives this rank's
+# part of the summed loss.
 class context_parallel:
     """Context manager: run `model` on this rank's `cp_shard` of a length-T sequence, ring attention over `group`."""
 

@@ -944,7 +944,7 @@ def setup_training(
             f"the model ({gcfg.n_layer} layers of width {gcfg.n_embd}: --depth {cfg.depth}, --aspect-ratio "
             f"{cfg.aspect_ratio}, --head-dim {cfg.head_dim}): its MLP weights alone take {_gib(floor)} per rank, more "
             f"than {MEMORY_REFUSE_FACTOR}x the {_gib(have)} of memory on {run.device}: choose a smaller --depth or "
-            "--aspect-ratio (the width is depth x aspect ratio, rounded up to whole heads), or split it with --tp / --pp"
+            "--aspect-ratio (the width is depth x aspect ratio, rounded up to whole heads), or split it with --tp/--pp"
         )
     need = train_memory_bytes(cfg, gcfg.vocab_size, layout.mesh.size("dp"))
     note = check_memory(

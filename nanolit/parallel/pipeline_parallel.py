@@ -527,7 +527,7 @@ class Pipeline:
             if v * pp_size > model.config.n_layer:
                 raise ValueError(
                     f"{schedule} needs {v * pp_size} stages ({v} per pipeline rank) but the model has "
-                    f"{model.config.n_layer} layers: use a schedule with one stage per rank (gpipe, 1f1b) or more layers"
+                    f"{model.config.n_layer} layers: use a schedule of one stage per rank (gpipe, 1f1b) or more layers"
                 )
             self.stages = split_model(model, pp_rank, pp_size, v, style)
             if style == "v":

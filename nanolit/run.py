@@ -74,13 +74,8 @@ class RunConfig:
                 self.bad(n, "must be -1 or an int >= 1")
         if not 0 <= self.warmdown_ratio <= 1:
             self.bad("warmdown_ratio", "must be in [0, 1]")
-        r = str(self.resume).strip().lower()
-        if r not in ("true", "yes", "1", "false", "no", "0", "", "auto"):
+        if str(self.resume).strip().lower() not in ("true", "yes", "1", "false", "no", "0", "", "auto"):
             self.bad("resume", "must be true, false or auto")
-        if self.overwrite and r not in ("false", "no", "0", ""):
-            self.bad(
-                "overwrite", f"deletes the checkpoints that --resume {self.resume} would continue: use one of them"
-            )
 
     def bad(
         self,

@@ -149,6 +149,8 @@ def check_values(
     v = cfg.lr_ref_batch
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         cfg.bad("lr_ref_batch", "must be an int >= 0 (tokens a step; 0: no lr scaling)")
+    if cfg.overwrite and str(cfg.resume).strip().lower() in ("true", "yes", "1", "auto"):  # off by default here
+        cfg.bad("overwrite", f"deletes the checkpoints that --resume {cfg.resume} would continue: use one of them")
     if cfg.pad_vocab_to > 4096:
         cfg.bad("pad_vocab_to", "must be <= 4096 (64 or 128 fill GPU tiles)")
     if isinstance(cfg.core_every, bool) or not isinstance(cfg.core_every, int) or cfg.core_every < -1:

@@ -32,10 +32,10 @@ from .parallel.data_parallel import ZeroMuonAdamW
 
 # %% auto #0
 __all__ = ['DIGEST_MAX_BYTES', 'STAGE_COMMANDS', 'checkpoint_dir', 'clean_state_dict', 'step_path', 'is_dcp_checkpoint',
-           'remove_checkpoint', 'list_checkpoints', 'incomplete_checkpoints', 'find_last_step', 'clean_stale_temps',
-           'save_checkpoint', 'load_checkpoint', 'export_safetensors', 'load_safetensors', 'optimizer_state_dict',
-           'param_groups_json', 'dcp_state', 'save_dcp_checkpoint', 'load_dcp_checkpoint', 'model_from_meta',
-           'stage_command', 'latest_tag', 'load_model']
+           'remove_checkpoint', 'list_checkpoints', 'incomplete_checkpoints', 'skipped_note', 'find_last_step',
+           'clean_stale_temps', 'save_checkpoint', 'load_checkpoint', 'export_safetensors', 'load_safetensors',
+           'optimizer_state_dict', 'param_groups_json', 'dcp_state', 'save_dcp_checkpoint', 'load_dcp_checkpoint',
+           'model_from_meta', 'stage_command', 'latest_tag', 'load_model']
 
 # %% ../nbs/07_checkpoint.ipynb #4f2bc1d8
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -175,6 +175,16 @@ def incomplete_checkpoints(
     return sorted(
         int(m.group(1)) for d in p.iterdir() if (m := _STEP_RE.fullmatch(d.name)) and d.is_dir() and not _is_complete(d)
     )
+
+
+def skipped_note(
+    ckpt_dir,  # the run's checkpoint directory
+    bad: list[int],  # the steps `incomplete_checkpoints` found
+) -> str:
+    "The one wording of what a skipped checkpoint is, for resume's warnings (10b) and `load_model`'s."
+    steps = ", ".join(f"step_{s:06d}" for s in bad)
+    why = "a file is missing, or its size or checksum differs from the COMPLETE record"
+    return f"{steps} in {ckpt_dir}: incomplete or damaged ({why})"
 
 
 def find_last_step(ckpt_dir) -> int:
@@ -786,8 +796,7 @@ def load_model(
         )
     sd, _, meta = load_checkpoint(d, step, device=device, load_optim=False)
     if step is None and (newer := [s for s in incomplete_checkpoints(d) if s > meta["step"]]):  # say what was skipped
-        names = ", ".join(f"step_{s:06d}" for s in newer)
-        print(f"warning: {names} in {d} incomplete or damaged; loaded step {meta['step']}", file=sys.stderr)
+        print(f"warning: skipped {skipped_note(d, newer)}; loaded step {meta['step']}", file=sys.stderr)
     if "model_config" not in meta:
         raise ValueError(f"{d}: meta.json has no 'model_config'; not a nanolit model checkpoint")
     model = model_from_meta(meta, device)  # dense or MoE, initialised; the saved weights are loaded next

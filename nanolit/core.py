@@ -350,8 +350,9 @@ def cli_from_dataclass(
     for f in _dc_fields(cls):
         t, extra = hints[f.name], {}
         if get_origin(t) is Literal:  # a mode: argparse checks the value against the choices
-            t, extra = type(get_args(t)[0]), {"choices": list(get_args(t))}
-            t = _choice if all(isinstance(a, str) and a == a.lower() for a in get_args(hints[f.name])) else t
+            choices = get_args(t)
+            lower = all(isinstance(a, str) and a == a.lower() for a in choices)
+            t, extra = _choice if lower else type(choices[0]), {"choices": list(choices)}
         t = cli_bool if t is bool else t
         default = f.default if f.default is not _MISSING else f.default_factory()
         anno = Annotated[t, helps.get(f.name) or "", extra] if extra else Annotated[t, helps.get(f.name) or ""]

@@ -727,14 +727,15 @@ def build_model(config: GPTConfig, device: torch.device | str) -> GPT:
 def param_groups(self: GPT) -> dict[str, list[nn.Parameter]]:
     """Parameters by optimizer treatment: 'matrix' (hidden weights), 'embedding', 'lm_head', 'scalar' (0-/1-D), and
     the residual scalars 'resid' and 'x0' (05's factory keeps them in the scalar group unless asked otherwise)."""
+    scalars, canon = block_scalars(self.blocks)
     return dict(
         matrix=[p for b in self.blocks for p in b.parameters() if p.ndim >= 2],
         embedding=[self.wte.weight] + [e.weight for e in self.value_embeds.values()],
         lm_head=[self.lm_head.weight],
         resid=[self.resid_lambdas],
         x0=[self.x0_lambdas],
-        scalar=[getattr(self, n) for n in RECIPE_SCALARS if hasattr(self, n)] + block_scalars(self.blocks)[0],
-        canon=block_scalars(self.blocks)[1],
+        scalar=[getattr(self, n) for n in RECIPE_SCALARS if hasattr(self, n)] + scalars,
+        canon=canon,
     )
 
 

@@ -31,14 +31,14 @@ from .checkpoint import checkpoint_dir
 from .checkpoint import clean_stale_temps
 from .checkpoint import find_last_step
 from .checkpoint import incomplete_checkpoints
+from .checkpoint import skipped_note
 from .checkpoint import list_checkpoints
 from .checkpoint import save_dcp_checkpoint
 from .checkpoint import remove_checkpoint
 from .checkpoint import step_path
 
 # %% auto #0
-__all__ = ['RunConfig', 'resume_mode', 'skipped_note', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'Tracker',
-           'horizon_hint']
+__all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'Tracker', 'horizon_hint']
 
 # %% ../nbs/10b_run.ipynb #ecd55ef0
 @dataclass
@@ -106,16 +106,6 @@ def resume_mode(
                 print0(f"warning: no complete checkpoint: {skipped_note(ckpt_dir, bad)}; starting from step 0")
             return False
     raise ValueError(f"resume must be true, false or auto, got {resume!r}")
-
-
-def skipped_note(
-    ckpt_dir,  # the run's checkpoint directory
-    bad: list[int],  # the steps `incomplete_checkpoints` found
-) -> str:
-    "The one wording of what a skipped checkpoint is, for `resume_mode` and `Run.load_meta`'s warnings."
-    steps = ", ".join(f"step_{s:06d}" for s in bad)
-    why = "a file is missing, or its size or checksum differs from the COMPLETE record"
-    return f"{steps} in {ckpt_dir}: incomplete or damaged ({why})"
 
 # %% ../nbs/10b_run.ipynb #87e3496c
 def check_fresh_dir(

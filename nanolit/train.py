@@ -24,16 +24,8 @@ from .core import PEAK_FLOPS_BF16, cpu_peak_flops, get_peak_flops
 from .core import print0
 from .tokenizer import get_tokenizer
 from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
-from nanolit.model import (
-    GPT,
-    GPTConfig,
-    build_model,
-    generate,
-    LOSS_CHUNK_BYTES,
-    CANON_SITES,
-    CANON_HELP,
-    RECIPE_PIECES,
-)
+from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES, CANON_SITES, CANON_HELP
+from .model import RECIPE_PIECES
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
 from .optim import SCHEDULES, check_rates_kept, schedule_changes
 from .parallel.mesh import MeshLayout, init_mesh

@@ -1,6 +1,8 @@
 """What each issue-16 recipe piece costs in training throughput on this machine: ms per optimizer step of the
 cpu.sh model (depth 4, T 256, B 16) with one piece switched on, against today's step, measured in the same run,
-interleaved (rounds of every variant, median per variant) so load drifts hit all alike.
+interleaved (rounds of every variant, the order rotated each round, median per variant) so load drifts hit all
+alike; the last column is the median over rounds of today's step / the variant's step in the same round, the figure
+least moved by this shared machine's drifts.
 Usage: python bench/bench_recipe.py [--depth 4] [--rounds 5] [--variants canon_AC,smear]"""
 import argparse
 import statistics
@@ -54,8 +56,10 @@ def main():
         m = build_model(replace(base, **mk), "cpu")
         runs[name] = (m, build_optimizer(m.param_groups(), model_dim=base.n_embd, **ok))
     times = {n: [] for n in runs}
+    names = list(runs)
     for r in range(a.rounds + 1):
-        for name, (m, opt) in runs.items():
+        for name in names[r % len(names):] + names[: r % len(names)]:  # rotated: no variant always follows another
+            m, opt = runs[name]
             t0 = time.perf_counter()
             for _ in range(a.steps):
                 m(x, y).backward(); opt.step(); m.zero_grad(set_to_none=True)
@@ -65,7 +69,9 @@ def main():
     print(f"depth {a.depth}, B={a.B}, T={a.T}, {torch.get_num_threads()} threads, {a.rounds} rounds of {a.steps} steps")
     for name, ts in times.items():
         t = statistics.median(ts)
-        print(f"{name:14s} {t * 1e3:8.1f} ms/step  {a.B * a.T / t:8,.0f} tok/s  {ref / t:5.3f}x today's throughput")
+        paired = statistics.median(r / v for r, v in zip(times["today"], ts))
+        print(f"{name:14s} {t * 1e3:8.1f} ms/step  {a.B * a.T / t:8,.0f} tok/s  {ref / t:5.3f}x today's throughput"
+              f"  (paired by round: {paired:5.3f}x)")
 
 
 if __name__ == "__main__":

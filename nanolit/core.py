@@ -12,6 +12,7 @@ import random
 import re
 import base64
 import contextlib
+import ctypes
 import importlib
 import inspect
 import subprocess
@@ -28,11 +29,12 @@ import torch
 import torch.distributed as dist
 
 # %% auto #0
-__all__ = ['PEAK_FLOPS_BF16', 'autodetect_device_type', 'parse_device', 'detect_compute_dtype', 'DistInfo', 'get_dist_info',
-           'backend_for', 'dist_init', 'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything',
-           'get_rng_state', 'set_rng_state', 'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit',
-           'atomic_write', 'sample_texts', 'exit_on_user_error', 'field_helps', 'cli_bool', 'cli_from_dataclass',
-           'cpu_peak_flops', 'get_peak_flops', 'time_rungs']
+__all__ = ['M_TRIM_THRESHOLD', 'M_MMAP_THRESHOLD', 'PEAK_FLOPS_BF16', 'autodetect_device_type', 'parse_device',
+           'detect_compute_dtype', 'tune_cpu_allocator', 'DistInfo', 'get_dist_info', 'backend_for', 'dist_init',
+           'dist_cleanup', 'get_rank', 'get_world_size', 'print0', 'seed_everything', 'get_rng_state', 'set_rng_state',
+           'rng_state_to_json', 'rng_state_from_json', 'get_base_dir', 'git_commit', 'atomic_write', 'sample_texts',
+           'exit_on_user_error', 'field_helps', 'cli_bool', 'cli_from_dataclass', 'cpu_peak_flops', 'get_peak_flops',
+           'time_rungs']
 
 # %% ../nbs/00_core.ipynb #277f8b21
 def autodetect_device_type() -> str:
@@ -102,6 +104,25 @@ try:
 except ValueError:  # a bad $NANOLIT_DTYPE: importing still works; the first run asks again and says so in one line
     COMPUTE_DTYPE = torch.float32
 
+# %% ../nbs/00_core.ipynb #17300a82
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's `mallopt` parameter numbers (malloc.h)
+
+
+def tune_cpu_allocator(
+    mmap_threshold: int = 32 << 20,  # bytes: blocks up to this size come from the heap, not a fresh mapping
+    trim_threshold: int = 1 << 30,  # bytes of freed heap top kept in the process rather than given back
+) -> bool:  # True when glibc took both settings; False elsewhere (macOS, Windows, musl): nothing changed
+    "Make glibc's `malloc` keep freed tensor memory for reuse, so a CPU step doesn't fault its blocks in afresh."
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return (
+            libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 and libc.mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
+        )
+    except (OSError, AttributeError):  # no glibc
+        return False
+
 # %% ../nbs/00_core.ipynb #027b42e1
 @dataclass
 class DistInfo:
@@ -138,6 +159,8 @@ def dist_init() -> DistInfo:
     info = get_dist_info()
     if info.device.type == "cuda":
         torch.cuda.set_device(info.device)
+    elif info.device.type == "cpu":  # a CPU step reuses its freed blocks (see above)
+        tune_cpu_allocator()
     if info.is_distributed and not dist.is_initialized():
         kw = dict(device_id=info.device) if info.device.type == "cuda" else {}
         dist.init_process_group(backend=backend_for(info.device.type), **kw)

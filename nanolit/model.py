@@ -26,9 +26,9 @@ from .attention import attention, attention_masked
 __all__ = ['CANON_SITES', 'CANON_HELP', 'PACKED_MIN_ROWS', 'PACKED_MIN_WEIGHTS', 'VE_GATE_CHANNELS', 'LOSS_CHUNK_BYTES',
            'LOSS_CHUNK_BYTES_CPU', 'RECIPE_SCALARS', 'RECIPE_PIECES', 'SMEAR_CHANNELS', 'GPTConfig', 'norm', 'Linear',
            'packed_cpu_weights', 'rotary_tables', 'apply_rotary', 'rotary_full', 'apply_rotary_full',
-           'canon_conv_naive', 'CanonConvFn', 'canon_conv', 'Canon', 'canon_site', 'CausalSelfAttention', 'MLP',
-           'Block', 'KVCache', 'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss', 'has_value_embedding', 'GPT',
-           'build_model', 'block_scalars', 'softcap', 'generate']
+           'canon_conv_naive', 'CanonConvFn', 'canon_taps_grad', 'canon_conv', 'Canon', 'canon_site',
+           'CausalSelfAttention', 'MLP', 'Block', 'KVCache', 'loss_chunk_rows', 'ChunkedLMLoss', 'chunked_lm_loss',
+           'has_value_embedding', 'GPT', 'build_model', 'block_scalars', 'softcap', 'generate']
 
 # %% ../nbs/04_model.ipynb #be52701e
 CANON_SITES = "ABCD"  # Canon layers' sites (Allen-Zhu 2025): before attention, on q|k|v, before the MLP, its hidden
@@ -274,14 +274,32 @@ class CanonConvFn(torch.autograd.Function):
         T, K = x.size(1), w.size(0)
         g = g.contiguous()
         dx = g * (1 + w[0])
-        dw = [(g * x).sum((0, 1))]
-        for j in range(1, K):
-            if j < T:
-                dx[:, : T - j].addcmul_(g[:, j:], w[j])
-                dw.append((g[:, j:] * x[:, : T - j]).sum((0, 1)))
-            else:  # a tap reaching before the row: only zeros, no gradient
-                dw.append(torch.zeros_like(w[j]))
-        return dx, torch.stack(dw)
+        for j in range(1, min(K, T)):
+            dx[:, : T - j].addcmul_(g[:, j:], w[j])
+        return dx, canon_taps_grad(g, x, K)
+
+
+def canon_taps_grad(
+    g: Tensor,  # (B, T, C) the gradient at the Canon layer's output
+    x: Tensor,  # (B, T, C) its input
+    K: int,  # taps
+    rowwise: bool | None = None,  # row by row into an accumulator; None: on a CPU
+) -> Tensor:  # (K, C) in x's dtype; a tap reaching before every row (j >= T) gets zeros
+    """dw_j = sum over (B, t) of g_t x_{t-j}. On a CPU, batch row by batch row, multiply-added in place into one
+    (K, T, C) accumulator, summed over t once at the end: at (16, 256, 768) 2.4x faster than whole-batch products with
+    one thread and 3.3x with two (a full-size temporary per tap is a fresh allocation to fault in and read back; the
+    row-sized accumulator stays in cache). Elsewhere (a GPU) one whole-batch product per tap."""
+    B, T, C = x.shape
+    if not (x.device.type == "cpu" if rowwise is None else rowwise):
+        dw = x.new_zeros(K, C)
+        for j in range(min(K, T)):
+            dw[j] = (g[:, j:] * x[:, : T - j]).sum((0, 1))
+        return dw
+    acc = x.new_zeros(K, T, C, dtype=torch.promote_types(x.dtype, torch.float32))  # sums over B in fp32 at least
+    for b in range(B):
+        for j in range(min(K, T)):
+            acc[j, : T - j].addcmul_(g[b, j:], x[b, : T - j])
+    return acc.sum(1).to(x.dtype)
 
 
 def canon_conv(
@@ -382,10 +400,12 @@ class CausalSelfAttention(nn.Module):
         if self.canon_a is not None:
             x = self.canon_a(x, kv_cache)
         B, T, _ = x.shape
-        q, k, v = self.c_q(x), self.c_k(x), self.c_v(x)
         if self.canon_b is not None:  # one conv over q | k | v: each channel has its own taps anyway
-            sizes = (q.size(-1), k.size(-1), v.size(-1))
-            q, k, v = self.canon_b(torch.cat([q, k, v], -1), kv_cache).split(sizes, -1)
+            lins = (self.c_q, self.c_k, self.c_v)
+            sizes = [m.weight.size(0) for m in lins]  # a tensor-parallel rank's own heads under tp
+            q, k, v = self.canon_b(self.qkv(x), kv_cache).split(sizes, -1)
+        else:
+            q, k, v = self.c_q(x), self.c_k(x), self.c_v(x)
         q = q.reshape(B, T, self.n_head, self.head_dim)
         k = k.reshape(B, T, self.n_kv_head, self.head_dim)
         v = v.reshape(B, T, self.n_kv_head, self.head_dim)
@@ -408,6 +428,19 @@ class CausalSelfAttention(nn.Module):
             mask = kv_cache.attn_mask(self.layer_idx) if hasattr(kv_cache, "attn_mask") else None
         y = self.attn_fn(q, k, v, window) if mask is None else attention_masked(q, k, v, mask)
         return self.c_proj(y.reshape(B, T, -1))
+
+    def qkv(
+        self,
+        x: Tensor,  # (B, T, n_embd)
+    ) -> Tensor:  # (B, T, q | k | v channels) in x's dtype
+        """q | k | v side by side, for Canon B. While training with plain `Linear`s, one matmul against the stacked
+        weights: no (B, T, C) concatenation forward nor its split backward (Canon B's step cost 1.6x less on a CPU,
+        one thread, depth 4). Otherwise (inference's packed weights, tensor-parallel or FP8 layers) the three
+        projections, concatenated."""
+        lins = (self.c_q, self.c_k, self.c_v)
+        if torch.is_grad_enabled() and all(type(m) is Linear for m in lins):
+            return F.linear(x, torch.cat([m.weight for m in lins]).to(x.dtype))
+        return torch.cat([m(x) for m in lins], -1)
 
 # %% ../nbs/04_model.ipynb #794087db
 class MLP(nn.Module):

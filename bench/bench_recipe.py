@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import torch
 
+from nanolit.core import tune_cpu_allocator
 from nanolit.model import GPTConfig, build_model
 from nanolit.optim import build_optimizer
 
@@ -42,7 +43,9 @@ def main():
     ap.add_argument("--B", type=int, default=16); ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--rounds", type=int, default=5); ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--variants", default="", help="comma-separated names to run (today always runs); default all")
+    ap.add_argument("--default-allocator", action="store_true", help="keep glibc's malloc defaults (training tunes them)")
     a = ap.parse_args()
+    tuned = not a.default_allocator and tune_cpu_allocator()  # as `dist_init` does for a CPU run
     chosen = {"today", *a.variants.split(",")} if a.variants else set(VARIANTS)
     if unknown := chosen - set(VARIANTS):
         ap.error(f"unknown variants {sorted(unknown)}; choose from {sorted(VARIANTS)}")
@@ -66,7 +69,8 @@ def main():
             if r:  # round 0 warms up
                 times[name].append((time.perf_counter() - t0) / a.steps)
     ref = statistics.median(times["today"])
-    print(f"depth {a.depth}, B={a.B}, T={a.T}, {torch.get_num_threads()} threads, {a.rounds} rounds of {a.steps} steps")
+    print(f"depth {a.depth}, B={a.B}, T={a.T}, {torch.get_num_threads()} threads, {a.rounds} rounds of {a.steps} steps,"
+          f" allocator {'tuned' if tuned else 'default'}")
     for name, ts in times.items():
         t = statistics.median(ts)
         paired = statistics.median(r / v for r, v in zip(times["today"], ts))

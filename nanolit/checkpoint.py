@@ -360,6 +360,16 @@ def _missing_step(ckpt_dir, step: int) -> FileNotFoundError:
     )
 
 
+def _complete_step_dir(ckpt_dir, step: int | None) -> Path:
+    "The folder of a complete step (None: the newest); `_missing_step`'s FileNotFoundError otherwise."
+    if step is None:
+        step = find_last_step(ckpt_dir)
+    d = step_path(ckpt_dir, step)
+    if not (d.is_dir() and _is_complete(d)):
+        raise _missing_step(ckpt_dir, step)
+    return d
+
+
 def load_checkpoint(
     ckpt_dir,  # the run's checkpoint folder
     step: int | None = None,  # None: the newest complete one
@@ -367,11 +377,7 @@ def load_checkpoint(
     load_optim: bool = True,  # also load the optimizer state
 ) -> tuple[dict, dict | None, dict]:
     """Load `(model_state, optim_state, meta)` from `ckpt_dir/step_NNNNNN/`."""
-    if step is None:
-        step = find_last_step(ckpt_dir)
-    d = step_path(ckpt_dir, step)
-    if not (d.is_dir() and _is_complete(d)):
-        raise _missing_step(ckpt_dir, step)
+    d = _complete_step_dir(ckpt_dir, step)
     if is_dcp_checkpoint(d):  # written by save_dcp_checkpoint (below)
         meta = json.loads((d / "meta.json").read_text())
         model_state, optim_state = _load_dcp_full(d, device, load_optim)
@@ -663,15 +669,6 @@ def _saved_tensors(step_dir) -> dict:
 
     md = FileSystemReader(str(step_dir)).read_metadata().state_dict_metadata
     return {k: m for k, m in md.items() if hasattr(m, "size")}
-
-
-def _complete_step_dir(ckpt_dir, step):
-    if step is None:
-        step = find_last_step(ckpt_dir)
-    d = step_path(ckpt_dir, step)
-    if not (d.is_dir() and _is_complete(d)):
-        raise _missing_step(ckpt_dir, step)
-    return d
 
 # %% ../nbs/07_checkpoint.ipynb #74589b6f
 # The optimizer may be `MuonAdamW`/a torch optimizer over plain or DTensor parameters, or `ZeroMuonAdamW` at any world

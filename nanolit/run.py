@@ -38,9 +38,21 @@ from .checkpoint import remove_checkpoint
 from .checkpoint import step_path
 
 # %% auto #0
-__all__ = ['RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume', 'Run', 'Tracker', 'horizon_hint']
+__all__ = ['RESUME_WORDS', 'resume_word', 'RunConfig', 'resume_mode', 'check_fresh_dir', 'check_model_config', 'check_resume',
+           'Run', 'Tracker', 'horizon_hint']
 
 # %% ../nbs/10b_run.ipynb #ecd55ef0
+RESUME_WORDS = dict.fromkeys(("true", "yes", "1"), "true") | dict.fromkeys(("false", "no", "0", ""), "false")
+RESUME_WORDS["auto"] = "auto"
+
+
+def resume_word(
+    resume: str | bool,  # a --resume value, any case: true/yes/1, false/no/0/"", auto
+) -> str | None:  # "true", "false" or "auto"; None: not a --resume value
+    "The one reading of a `--resume` value."
+    return RESUME_WORDS.get(str(resume).strip().lower())
+
+
 @dataclass
 class RunConfig:
     "The fields every training stage shares: run name, seed, batch, horizon, cadences, resume and output places."
@@ -74,7 +86,7 @@ class RunConfig:
                 self.bad(n, "must be -1 or an int >= 1")
         if not 0 <= self.warmdown_ratio <= 1:
             self.bad("warmdown_ratio", "must be in [0, 1]")
-        if str(self.resume).strip().lower() not in ("true", "yes", "1", "false", "no", "0", "", "auto"):
+        if resume_word(self.resume) is None:
             self.bad("resume", "must be true, false or auto")
 
     def bad(
@@ -91,10 +103,10 @@ def resume_mode(
     ckpt_dir,  # the run's checkpoint directory
 ) -> bool:
     "Whether to resume: true (a checkpoint must exist, else FileNotFoundError), auto (if one exists), false."
-    r = str(resume).strip().lower()
-    if r in ("false", "no", "0", ""):
+    r = resume_word(resume)
+    if r == "false":
         return False
-    if r in ("true", "yes", "1"):
+    if r == "true":
         find_last_step(ckpt_dir)  # raises FileNotFoundError with a clear message if there is none
         return True
     if r == "auto":

@@ -38,7 +38,7 @@ from .checkpoint import is_dcp_checkpoint, load_checkpoint, load_dcp_checkpoint
 from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_bpb, unigram_token_bpb
 from .eval import core_score, evaluate_core_task
 from .tasks import CORE_TASKS, load_items
-from .run import Run, RunConfig, check_resume
+from .run import Run, RunConfig, check_resume, resume_word
 
 # %% auto #0
 __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'BATCH_REF', 'BATCH_EXPONENT',
@@ -141,7 +141,7 @@ def check_values(
     v = cfg.lr_ref_batch
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         cfg.bad("lr_ref_batch", "must be an int >= 0 (tokens a step; 0: no lr scaling)")
-    if cfg.overwrite and str(cfg.resume).strip().lower() in ("true", "yes", "1", "auto"):  # off by default here
+    if cfg.overwrite and resume_word(cfg.resume) in ("true", "auto"):  # off by default here
         cfg.bad("overwrite", f"deletes the checkpoints that --resume {cfg.resume} would continue: use one of them")
     if cfg.pad_vocab_to > 4096:
         cfg.bad("pad_vocab_to", "must be <= 4096 (64 or 128 fill GPU tiles)")
@@ -924,11 +924,6 @@ def setup_training(
     tok = get_tokenizer(cfg.tokenizer_dir or None)
     token_bytes = tok.token_bytes().to(run.device)
     gcfg = model_config(cfg, tok.vocab_size)
-    if gcfg.padded_vocab != gcfg.vocab_size and max(cfg.tp, cfg.pp, cfg.cp) > 1:
-        raise ValueError(
-            f"--pad-vocab-to {cfg.pad_vocab_to} pads the vocab {gcfg.vocab_size} to {gcfg.padded_vocab}: "
-            "not in the --tp/--pp/--cp forwards yet; use --pad-vocab-to 1 there"
-        )
     what = f"training (B {B} x T {T}, {gcfg.n_layer} layers of width {gcfg.n_embd}, vocab {gcfg.vocab_size}, "
     # the MLP weights alone in fp32 bound the need from below in closed form: a model far past the device (--depth
     # 100000) is refused now, not after building millions of meta modules for the trace

@@ -99,8 +99,9 @@ def test_cp_equals_single_process(tiny_base_dir):
 
 
 # 04's recipe pieces all on: smear and Canon A-D read earlier positions (a halo under cp, a replica's summed gradient
-# under tp), backout carries the half-depth residual between pipeline stages, q_gain splits with the heads
-PIECES = dict(smear=True, backout=True, qk_gain=True, ve_gate_input=True, canon="ABCD")
+# under tp), backout carries the half-depth residual between pipeline stages, q_gain splits with the heads, and a
+# padded head's extra columns are masked in the vocab-parallel loss
+PIECES = dict(smear=True, backout=True, qk_gain=True, ve_gate_input=True, canon="ABCD", pad_vocab_to=64)  # head 400 -> 448
 
 
 @pytest.mark.parametrize("kw", [dict(tp=2, sp=True), dict(pp=2, tp=2, pp_schedule="hand_1f1b"), dict(cp=2)],

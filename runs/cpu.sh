@@ -29,9 +29,9 @@ TAIL_SHARE=${TAIL_SHARE:-0.4}
 # resumes with SHORT_WINDOW=64; or train a new one under another RUN.
 SHORT_WINDOW=${SHORT_WINDOW:-2}
 # Canon layers (04; Allen-Zhu 2025) on each layer's q, k, v (site B), 4 taps: 1.981 / 1.957 bpb against 2.015 / 1.984
-# without (means of two seeds; 11_train, "Canon layers"; dev/LOG.md, 2026-12-07), for ~8% of a CPU step. B and D (the
-# MLP's hidden layer too) gain more, 1.977 / 1.952, for ~17%. CANON= (empty) switches them off: a cpu_d4 checkpoint of
-# an earlier cpu.sh resumes that way; or train a new one under another RUN.
+# without (means of two seeds; 11_train, "Canon layers"; dev/LOG.md, 2026-12-07), for ~2% of a CPU step
+# (bench/bench_allocator.py). B and D (the MLP's hidden layer too) gain more, 1.977 / 1.952, for ~10%. CANON= (empty)
+# switches them off: a cpu_d4 checkpoint of an earlier cpu.sh resumes that way; or train a new one under another RUN.
 CANON=${CANON-B}
 echo "== 1/7 corpus ($CORPUS)"
 $PY -m nanolit.data --size "$CORPUS"

@@ -113,6 +113,9 @@ def tune_cpu_allocator(
     trim_threshold: int = 1 << 30,  # bytes of freed heap top kept in the process rather than given back
 ) -> bool:  # True when glibc took both settings; False elsewhere (macOS, Windows, musl): nothing changed
     "Make glibc's `malloc` keep freed tensor memory for reuse, so a CPU step doesn't fault its blocks in afresh."
+    for name, v in (("mmap_threshold", mmap_threshold), ("trim_threshold", trim_threshold)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**31:  # mallopt takes a C int
+            raise ValueError(f"{name} must be an int in [0, 2**31), got {v!r}")
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -95,7 +95,9 @@ class RunConfig:
         why: str,  # what is wrong with its value
     ):
         "Raise the ValueError of an invalid field, as the command line spells it: `--name value: why`."
-        raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)!r}: {why}")
+        v = getattr(self, name)
+        v = str(v).lower() if isinstance(v, bool) else repr(v)  # a bool as the command line spells it: true, false
+        raise ValueError(f"--{name.replace('_', '-')} {v}: {why}")
 
 # %% ../nbs/10b_run.ipynb #1766b394
 def resume_mode(
@@ -142,6 +144,12 @@ def _layer_windows(model_config: dict) -> list | None:
         return None
 
 
+def _head_rows(model_config: dict) -> int:
+    "The lm head's rows: the vocab rounded up to a multiple of pad_vocab_to (`GPTConfig.padded_vocab`)."
+    v, p = model_config.get("vocab_size", 0), max(int(model_config.get("pad_vocab_to") or 1), 1)
+    return -(-v // p) * p
+
+
 def check_model_config(
     meta: dict,  # a checkpoint's meta.json
     model_config: dict,  # this run's `asdict(GPTConfig)`
@@ -155,6 +163,8 @@ def check_model_config(
     saved = {f.name: f.default for f in fields(GPTConfig)} | saved  # a field newer than the checkpoint: its default
     # two patterns (or short windows) that give every layer the same window build the same model (SL, SSSL at depth 2)
     moot = {"window_pattern", "short_window"} if _layer_windows(saved) == _layer_windows(model_config) else set()
+    if _head_rows(saved) == _head_rows(model_config):  # --pad-vocab-to 64 and 128 both pad 1000 tokens to 1024 rows
+        moot.add("pad_vocab_to")
     diff = [
         f"{k}: checkpoint {saved.get(k)!r}, this run {v!r}"
         for k, v in model_config.items()

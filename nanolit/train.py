@@ -142,7 +142,7 @@ def check_values(
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         cfg.bad("lr_ref_batch", "must be an int >= 0 (tokens a step; 0: no lr scaling)")
     if cfg.overwrite and resume_word(cfg.resume) in ("true", "auto"):  # off by default here
-        cfg.bad("overwrite", f"deletes the checkpoints that --resume {cfg.resume} would continue: use one of them")
+        cfg.bad("overwrite", f"would delete what --resume {cfg.resume} continues: give one of the two")
     if cfg.pad_vocab_to > 4096:
         cfg.bad("pad_vocab_to", "must be <= 4096 (64 or 128 fill GPU tiles)")
     if isinstance(cfg.core_every, bool) or not isinstance(cfg.core_every, int) or cfg.core_every < -1:

@@ -49,7 +49,7 @@ RESUME_WORDS["auto"] = "auto"
 def resume_word(
     resume: str | bool,  # a --resume value, any case: true/yes/1, false/no/0/"", auto
 ) -> str | None:  # "true", "false" or "auto"; None: not a --resume value
-    "The one reading of a `--resume` value."
+    "The one reading of a `--resume` value, for the config check, `resume_mode` and train's flag check."
     return RESUME_WORDS.get(str(resume).strip().lower())
 
 

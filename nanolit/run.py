@@ -144,10 +144,12 @@ def _layer_windows(model_config: dict) -> list | None:
         return None
 
 
-def _head_rows(model_config: dict) -> int:
-    "The lm head's rows: the vocab rounded up to a multiple of pad_vocab_to (`GPTConfig.padded_vocab`)."
-    v, p = model_config.get("vocab_size", 0), max(int(model_config.get("pad_vocab_to") or 1), 1)
-    return -(-v // p) * p
+def _head_rows(model_config: dict) -> int | None:
+    "The lm head's rows (`GPTConfig.padded_vocab`); None when the config doesn't say."
+    try:
+        return GPTConfig(vocab_size=model_config["vocab_size"], pad_vocab_to=model_config["pad_vocab_to"]).padded_vocab
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def check_model_config(

@@ -131,9 +131,8 @@ class GPTStage(nn.Module):
             x = x - self.backout_lambda.to(dtype) * x_mid
         logits = self.lm_head(norm(x)) if self.tp_group is None else self.lm_head(norm(x), seq_len=T)
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for fp64), as GPT's loss
-        if (
-            self.tp_group is None
-        ):  # a padded head's extra columns go, as in GPT's forward (under tp the loss masks them)
+        # a padded head's extra columns go, as in GPT's forward (under tp the vocab-parallel loss masks them)
+        if self.tp_group is None:
             logits = logits[..., : c.vocab_size]
         return softcap(logits, self.config.logit_softcap)
 

@@ -362,6 +362,12 @@ def _choice(v: str) -> str:
     return str(v).strip().lower()
 
 
+def _bool_choice(v: str) -> str:
+    "A mode that has true and false among its choices (--resume): yes/1 read as true and no/0 as false, as for a bool."
+    s = _choice(v)
+    return {"yes": "true", "1": "true", "no": "false", "0": "false"}.get(s, s)
+
+
 def cli_from_dataclass(
     cls,  # a dataclass: its fields are the options (types, defaults, trailing comments as help)
     fn,  # called as fn(cls(**options)); a user error in it exits with one line (`exit_on_user_error`)
@@ -378,7 +384,8 @@ def cli_from_dataclass(
         if get_origin(t) is Literal:  # a mode: argparse checks the value against the choices
             choices = get_args(t)
             lower = all(isinstance(a, str) and a == a.lower() for a in choices)
-            t, extra = _choice if lower else type(choices[0]), {"choices": list(choices)}
+            read = _bool_choice if {"true", "false"} <= set(choices) else _choice
+            t, extra = read if lower else type(choices[0]), {"choices": list(choices)}
         t = cli_bool if t is bool else t
         default = f.default if f.default is not _MISSING else f.default_factory()
         anno = Annotated[t, helps.get(f.name) or "", extra] if extra else Annotated[t, helps.get(f.name) or ""]

@@ -6,7 +6,10 @@
    bf16; 20 steps each on random tokens: tok/s and MFU of the steps after the compile, the cold compile time, and
    the peak memory against `nanolit.train.memory_per_rank` (the plan's traced estimate for this config).
 3. FP8: the depth-12 step with the blocks' matmuls in float8 (torchao), when torchao is importable.
-Usage: python dev/gpu_check.py [--steps 20] [--depths 12,20] [--rows 16]"""
+4. Issue 16's Canon layers: the depth-12 compiled step with `--canon B` (cpu.sh's default), its tok/s against the
+   plain depth-12 step of item 2 (the CPU budget is <= 5%; the GPU cost is unmeasured until this runs).
+Rows go to $OUT/gpu_check.md as they come, so a run cut short keeps what it measured.
+Usage: python dev/gpu_check.py [--steps 20] [--depths 12,20] [--rows 16] [--canon B]"""
 import argparse
 import os
 import time
@@ -21,12 +24,17 @@ from nanolit.model import GPTConfig, build_model
 from nanolit.optim import OptimConfig, build_optimizer
 from nanolit.train import TrainConfig, apply_fp8, fp8_capable, memory_per_rank
 
-ROWS = []
+ROWS, HEADER, TPS = [], [""], {}
 
 
 def row(check, result, detail=""):
     ROWS.append((check, result, detail))
     print(f"| {check} | {result} | {detail} |", flush=True)
+    out = os.environ.get("OUT")
+    if out:  # rewritten at every row: a run killed by its time limit keeps the rows it made
+        with open(os.path.join(out, "gpu_check.md"), "w") as f:
+            f.write(f"{HEADER[0]}\n\n| check | result | detail |\n|---|---|---|\n")
+            f.writelines(f"| {c} | {r} | {d} |\n" for c, r, d in ROWS)
 
 
 def attention_checks():
@@ -70,11 +78,11 @@ def attention_checks():
                 row(f"attention {name}, window {window}", "ERROR", f"{type(e).__name__}: {str(e)[:120]}")
 
 
-def train_steps(depth, rows, steps, fp8=False):
+def train_steps(depth, rows, steps, fp8=False, canon=""):
     torch.manual_seed(0)
     torch.cuda.reset_peak_memory_stats()
     V, T = 65536, 2048
-    cfg = GPTConfig.from_depth(depth, vocab_size=V, sequence_len=T, head_dim=128)
+    cfg = GPTConfig.from_depth(depth, vocab_size=V, sequence_len=T, head_dim=128, canon=canon)
     model = build_model(cfg, "cuda")
     if fp8:
         apply_fp8(model)
@@ -98,14 +106,18 @@ def train_steps(depth, rows, steps, fp8=False):
     tps = rows * T / dt
     peak = get_peak_flops("cuda")
     mfu = model.estimate_flops() * tps / peak
-    plan, _ = memory_per_rank(TrainConfig(depth=depth, head_dim=128, sequence_len=T, device_batch_size=rows), V,
-                              dtype=torch.bfloat16)
+    plan, _ = memory_per_rank(
+        TrainConfig(depth=depth, head_dim=128, sequence_len=T, device_batch_size=rows, canon=canon), V,
+        dtype=torch.bfloat16)
     planned = sum(v for k, v in plan.items() if k != "logits")
     used = torch.cuda.max_memory_allocated()
-    name = f"d{depth} {'fp8' if fp8 else 'bf16'} compiled, {rows} x {T}"
+    name = f"d{depth} {'fp8' if fp8 else 'bf16'}{f' canon {canon}' if canon else ''} compiled, {rows} x {T}"
     ok = all(map(lambda v: v == v and abs(v) < 1e4, losses))
+    TPS[(depth, fp8, canon)] = tps
+    plain = TPS.get((depth, fp8, "")) if canon else None
+    vs = f" ({tps / plain:.3f}x the plain d{depth})" if plain else ""
     row(name, "ok" if ok else "NaN/inf loss",
-        f"{tps:,.0f} tok/s, MFU {mfu:.1%}, first step (compile) {times[0]:.0f} s, "
+        f"{tps:,.0f} tok/s{vs}, MFU {mfu:.1%}, first step (compile) {times[0]:.0f} s, "
         f"total {time.perf_counter() - t_start:.0f} s, peak {used / 2**30:.1f} GiB vs plan {planned / 2**30:.1f} GiB "
         f"({used / planned:.2f}x), loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     del model, opt, step_model
@@ -117,11 +129,13 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--depths", default="12,20")
     ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--canon", default="B", help="Canon sites for item 4 (empty: skip it)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("error: no CUDA GPU: this check is for a GPU machine")
     name, cap = torch.cuda.get_device_name(), torch.cuda.get_device_capability()
-    print(f"{name}, capability {cap}, torch {torch.__version__}, peak {get_peak_flops('cuda') / 1e12:.0f} TFLOP/s bf16")
+    HEADER[0] = f"{name}, capability {cap}, torch {torch.__version__}"
+    print(f"{HEADER[0]}, peak {get_peak_flops('cuda') / 1e12:.0f} TFLOP/s bf16")
     print("| check | result | detail |\n|---|---|---|")
     for fn, args in [(attention_checks, ())] + [(train_steps, (int(d), a.rows, a.steps)) for d in a.depths.split(",")]:
         try:
@@ -135,11 +149,13 @@ def main():
             train_steps(12, a.rows, 6, fp8=True)
         except Exception as e:
             row("d12 fp8", "SKIPPED" if isinstance(e, ValueError) else "ERROR", f"{type(e).__name__}: {str(e)[:160]}")
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, "gpu_check.md"), "w") as f:
-            f.write(f"{name}, capability {cap}, torch {torch.__version__}\n\n| check | result | detail |\n|---|---|---|\n")
-            f.writelines(f"| {c} | {r} | {d} |\n" for c, r, d in ROWS)
+        torch.cuda.empty_cache()
+    if a.canon:
+        try:
+            train_steps(12, a.rows, a.steps, canon=a.canon)
+        except Exception as e:
+            traceback.print_exc()
+            row(f"d12 canon {a.canon}", "ERROR", f"{type(e).__name__}: {str(e)[:160]}")
 
 
 if __name__ == "__main__":

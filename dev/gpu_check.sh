@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 17's GPU check on one CUDA GPU, in a few minutes: attention fast paths against SDPA, 20 compiled bf16 steps at
-# depth 12 and 20 (tok/s, MFU, peak memory against the plan), one FP8 step; one markdown table (also $OUT/gpu_check.md).
+# depth 12 and 20 (tok/s, MFU, peak memory against the plan), one FP8 step, and (issue 16) the depth-12 step with
+# Canon B against the plain one; one markdown table (also $OUT/gpu_check.md, written row by row).
 # Runs with the machine's own PyTorch (PY, default python3) on this checkout (no install: PYTHONPATH), so it works on
 # a GPU box that cannot reach a package registry; `bash runs/setup.sh` first where one is reachable.
-# Usage: bash dev/gpu_check.sh [--steps 20] [--depths 12,20] [--rows 16]
+# Usage: bash dev/gpu_check.sh [--steps 20] [--depths 12,20] [--rows 16] [--canon B]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}

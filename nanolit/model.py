@@ -578,7 +578,9 @@ def _block_fused(
     g = e.div_(s)  # softmax
     g.scatter_add_(1, y.clamp(min=0)[:, None], -torch.ones_like(g[:, :1]))  # p - onehot(y)
     valid = y >= 0
-    if hb.is_meta or not bool(valid.all()):  # ignored rows (SFT's masks): gradient 0
+    # ignored rows (SFT's masks) get gradient 0. Only a CPU asks first whether there are any: on a GPU the question
+    # would wait for the device once per block, and under torch.compile it would break the graph
+    if hb.device.type != "cpu" or torch.compiler.is_compiling() or not bool(valid.all()):
         g.mul_(valid.to(g.dtype)[:, None])
     if t is not None:
         g.mul_(t.square_().neg_().add_(1))  # through c*tanh(z/c)
@@ -589,10 +591,11 @@ class ChunkedLMLoss(torch.autograd.Function):
     """Per-position cross-entropy of softcapped logits h W^T, block by block; saves h, W, targets and the log-sum-exps.
     `fused`: each block's gradient for a unit weight per position is made in the forward, while its logits exist, so
     a backward whose weights are one value for all positions (mean or sum) only scales it; any other backward
-    recomputes the blocks."""
+    recomputes the blocks. `uniform`: the caller sums or averages the losses, so those weights are one value by
+    construction and the backward need not look (no device sync, no graph break)."""
 
     @staticmethod
-    def forward(ctx, h, weight, targets, softcap, chunk_rows, n_valid, fused):
+    def forward(ctx, h, weight, targets, softcap, chunk_rows, n_valid, fused, uniform=False):
         losses = torch.zeros(h.size(0), dtype=_loss_dtype(h), device=h.device)
         lses = torch.empty_like(losses)
         gh = torch.empty_like(h) if fused else None  # d(sum of the valid losses) / dh, and / dW
@@ -612,7 +615,7 @@ class ChunkedLMLoss(torch.autograd.Function):
             picked = logits.gather(1, y.clamp(min=0)[:, None])[:, 0]
             losses[i : i + chunk_rows] = torch.where(y >= 0, lse - picked, 0.0)
         ctx.save_for_backward(h, weight, targets, lses, gh, gw)
-        ctx.softcap, ctx.chunk_rows, ctx.n_valid = softcap, chunk_rows, n_valid
+        ctx.softcap, ctx.chunk_rows, ctx.n_valid, ctx.uniform = softcap, chunk_rows, n_valid, uniform
         return losses
 
     @staticmethod
@@ -621,13 +624,12 @@ class ChunkedLMLoss(torch.autograd.Function):
         sc, rows = ctx.softcap, ctx.chunk_rows
         if gh is not None:  # fused: the forward made the gradients of unit weights
             valid = targets >= 0  # no boolean indexing: the meta trace (11's plan) runs this too
-            s = grad_losses.gather(0, valid.int().argmax()[None])[
-                0
-            ]  # the first valid row's weight (no valid row: gh, gw are 0)
-            if h.is_meta or bool(((grad_losses - s) * valid).abs().max() == 0):
+            # the first valid row's weight (no valid row: gh, gw are 0)
+            s = grad_losses.gather(0, valid.int().argmax()[None])[0]
+            if h.is_meta or ctx.uniform or bool(((grad_losses - s) * valid).abs().max() == 0):
                 grad_h = (gh * s.to(gh.dtype)) if ctx.needs_input_grad[0] else None
                 grad_w = (gw * s.to(gw.dtype)).to(weight.dtype) if ctx.needs_input_grad[1] else None
-                return grad_h, grad_w, None, None, None, None, None
+                return grad_h, grad_w, None, None, None, None, None, None
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight, dtype=_loss_dtype(weight)) if ctx.needs_input_grad[1] else None
         wd = weight.to(h.dtype)
@@ -639,7 +641,7 @@ class ChunkedLMLoss(torch.autograd.Function):
                 grad_h[i : i + rows] = g @ wd
             if grad_w is not None:
                 grad_w += (g.t() @ hb).to(grad_w.dtype)
-        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None
+        return grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None, None
 
 # %% ../nbs/04_model.ipynb #22c0645e
 def chunked_lm_loss(
@@ -667,7 +669,8 @@ def chunked_lm_loss(
     if fused is None:  # per-position weights (reduction none: RL's advantages) would make the backward recompute
         fused = reduction != "none" and torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
     fused = fused and h.size(0) > 0  # no rows: nothing to make ahead
-    losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows), int(n_valid), bool(fused))
+    uniform = reduction != "none"  # the sum below gives every position one weight in the backward
+    losses = ChunkedLMLoss.apply(h, weight, targets, float(softcap), int(rows), int(n_valid), bool(fused), uniform)
     if reduction == "none":
         return losses
     return losses.sum() if reduction == "sum" else losses.sum() / (targets >= 0).sum()

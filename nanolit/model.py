@@ -401,8 +401,7 @@ class CausalSelfAttention(nn.Module):
             x = self.canon_a(x, kv_cache)
         B, T, _ = x.shape
         if self.canon_b is not None:  # one conv over q | k | v: each channel has its own taps anyway
-            lins = (self.c_q, self.c_k, self.c_v)
-            sizes = [m.weight.size(0) for m in lins]  # a tensor-parallel rank's own heads under tp
+            sizes = [self.n_head * self.head_dim] + [self.n_kv_head * self.head_dim] * 2  # under tp: this rank's heads
             q, k, v = self.canon_b(self.qkv(x), kv_cache).split(sizes, -1)
         else:
             q, k, v = self.c_q(x), self.c_k(x), self.c_v(x)
@@ -413,6 +412,7 @@ class CausalSelfAttention(nn.Module):
             g = self.ve_gate.to(v.dtype)
             if g.ndim == 2:  # from the input: 2 sigmoid(W x[:C]), (B, T, n_kv_head, 1)
                 g = 2 * torch.sigmoid(x[..., : g.size(1)] @ g.T)[..., None]
+                g = g.to_local() if isinstance(g, DTensor) else g  # 06c's DTensor plan: this rank's KV heads
             else:  # one learned number per KV head, (n_kv_head, 1)
                 g = g[:, None]
             v = v + g * ve.view(B, T, self.n_kv_head, self.head_dim)
@@ -437,8 +437,8 @@ class CausalSelfAttention(nn.Module):
         weights: no (B, T, C) concatenation forward nor its split backward (Canon B's step cost 1.6x less on a CPU,
         one thread, depth 4). Otherwise (inference's packed weights, tensor-parallel or FP8 layers) the three
         projections, concatenated."""
-        lins = (self.c_q, self.c_k, self.c_v)
-        if torch.is_grad_enabled() and all(type(m) is Linear for m in lins):
+        lins = (self.c_q, self.c_k, self.c_v)  # (a DTensor weight is not an `nn.Parameter` by type: not stacked)
+        if torch.is_grad_enabled() and all(type(m) is Linear and type(m.weight) is nn.Parameter for m in lins):
             return F.linear(x, torch.cat([m.weight for m in lins]).to(x.dtype))
         return torch.cat([m(x) for m in lins], -1)
 
@@ -808,6 +808,19 @@ def softcap(
     return s * (2 * c) - c if s.requires_grad else s.mul_(2 * c).sub_(c)  # in place only where autograd won't look
 
 
+def _sharded_pad_bias(
+    logits: DTensor,  # (..., padded vocab), sharded on its last dim (06c's DTensor head)
+    V: int,  # the real vocabulary: columns from V on are pads
+) -> DTensor:  # (padded vocab,): 0, then -inf from V on, sharded like the logits (torch.chunk's split, no collective)
+    "The bias that scores a DTensor head's pad columns -inf, so `loss_parallel`'s cross-entropy never sees them."
+    from torch.distributed.tensor import Shard
+
+    mesh = logits.device_mesh
+    full = torch.zeros(logits.size(-1), dtype=logits.dtype, device=logits.to_local().device)
+    full[V:] = float("-inf")
+    return DTensor.from_local(full.chunk(mesh.size())[mesh.get_local_rank()], mesh, [Shard(0)], run_check=False)
+
+
 @patch
 def forward(
     self: GPT,
@@ -855,12 +868,15 @@ def forward(
         loss = chunked_lm_loss(h, w, y, sc, loss_reduction, n_valid=V)
         return loss.view(B, T) if loss_reduction == "none" else loss
     logits = self.lm_head(norm(x))  # a DTensor head (06c's plan) runs its own forward: vocab-sharded logits
-    if logits.size(-1) > self.config.vocab_size:  # the head's padding: sliced off, never sampled or scored
-        logits = logits[..., : self.config.vocab_size]
+    V = self.config.vocab_size
+    if logits.size(-1) > V and targets is None:  # the head's padding: sliced off, never sampled
+        logits = logits[..., :V]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32 (fp64 for an fp64 model), as the loss
     logits = softcap(logits, sc)
     if targets is None:
         return logits
+    if logits.size(-1) > V:  # a vocab-sharded head keeps its pads (a slice would gather the shards): -inf, never scored
+        logits = logits + _sharded_pad_bias(logits, V)
     loss = F.cross_entropy(
         logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1, reduction=loss_reduction
     )

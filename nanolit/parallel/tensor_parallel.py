@@ -8,12 +8,14 @@ Docs: https://nanolit.github.io/nanolit/tensor_parallel.html.md"""
 from __future__ import annotations
 import math
 from contextlib import contextmanager
+from functools import partial
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from ..core import detect_compute_dtype
 from ..model import GPT, Canon, CausalSelfAttention, MLP, norm, rotary_full, softcap
@@ -816,6 +818,38 @@ def load_full_optimizer_state_dict(
         optimizer.state[p][k] = v.clone()
 
 # %% ../../nbs/06c_tensor_parallel.ipynb #62d37722
+class _DTensorCanon(Canon):
+    """A Canon layer (04) on a Replicate DTensor input (the DTensor plan's sites A and C): it runs on the local replica
+    and hands back a DTensor of the input's placements, so the gradient that arrives Partial (each rank's heads or
+    hidden units) is summed over tp before the taps see it; their gradient is then the same on every rank."""
+
+    def forward(self, x: Tensor, kv_cache=None) -> Tensor:
+        "x (B, T, C), a DTensor or a plain tensor -> x + the causal depthwise conv of x, of the same kind."
+        if not isinstance(x, DTensor):
+            return super().forward(x, kv_cache)
+        y = super().forward(x.to_local(), kv_cache)
+        return DTensor.from_local(y, x.device_mesh, x.placements, run_check=False)
+
+
+def _dtensor_canon_(cn: Canon | None):
+    "Make `cn` a `_DTensorCanon` (in place); None stays None."
+    if cn is not None:
+        cn.__class__ = _DTensorCanon
+
+
+def _smear_gathered(
+    smear,  # the model's own `GPT.smear`, bound
+    device_mesh,  # the 1-D tp mesh
+    x: Tensor,  # (B, T / tp, n_embd) this rank's sequence shard
+    kv_cache=None,
+    first: Tensor | None = None,
+) -> Tensor:  # x's shard of the smeared sequence
+    "Smear under DTensor SP: all-gather the sequence, smear it whole on every rank, keep this rank's shard."
+    full = DTensor.from_local(x, device_mesh, [Shard(1)], run_check=False).full_tensor()
+    y = DTensor.from_local(smear(full, kv_cache, first), device_mesh, [Replicate()], run_check=False)
+    return y.redistribute(device_mesh, [Shard(1)]).to_local()
+
+
 # Uses `torch.distributed.tensor.parallel.parallelize_module`; the GPT keeps its own forward. Same preconditions and
 # errors as `parallelize`. Train with `loss_context(model)` around forward + backward and `tensor_parallel_optimizer`.
 def parallelize_dtensor(
@@ -826,7 +860,7 @@ def parallelize_dtensor(
     device_mesh=None,  # a 1-D device mesh instead
 ) -> GPT:
     """Tensor (and with `sp`, sequence) parallelism for a `GPT` with DTensor, in place; returns it."""
-    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         PrepareModuleInput,
@@ -846,9 +880,12 @@ def parallelize_dtensor(
     c = model.config
     if c.n_kv_head % w:
         raise ValueError(f"n_kv_head ({c.n_kv_head}) must be divisible by the tp size ({w})")
-    if c.canon:
-        raise ValueError(f"Canon layers (canon={c.canon!r}) are not in the tensor-parallel forward yet")
-    seq = Shard(1) if sp else Replicate()
+    seq, r = (Shard(1) if sp else Replicate()), device_mesh.get_local_rank()
+
+    def mine(n: int, at: int = 0) -> tuple[int, int]:  # this rank's rows of an n-row Shard(0) weight, shifted by at
+        lo, size = min(r * -(-n // w), n), -(-n // w)  # torch.chunk's split: ceil(n / w) rows a rank
+        return at + lo, at + min(lo + size, n)
+
     plan = {
         "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
         "lm_head": ColwiseParallel(input_layouts=seq, output_layouts=Shard(-1), use_local_output=False),
@@ -856,24 +893,40 @@ def parallelize_dtensor(
     for k in model.value_embeds:
         plan[f"value_embeds.{k}"] = ColwiseParallel()
     for i, b in enumerate(model.blocks):
-        p = f"blocks.{i}."
-        if sp:
-            plan[p + "attn"] = PrepareModuleInput(
-                input_layouts=(seq,) + (None,) * 5, desired_input_layouts=(Replicate(),) + (None,) * 5
-            )
-            plan[p + "mlp"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
+        p, a = f"blocks.{i}.", b.attn
+        # attn and mlp take x as a Replicate DTensor (with SP: one all-gather each). Every gradient that reaches x
+        # (the projections', the input-dependent ve gate's, Canon A's and C's) then comes back Partial and is summed
+        # over tp once, at this boundary
+        plan[p + "attn"] = PrepareModuleInput(
+            input_layouts=(seq,) + (None,) * 5, desired_input_layouts=(Replicate(),) + (None,) * 5
+        )
+        plan[p + "mlp"] = PrepareModuleInput(input_layouts=(seq,), desired_input_layouts=(Replicate(),))
         for n in ("attn.c_q", "attn.c_k", "attn.c_v", "mlp.c_fc"):
             plan[p + n] = ColwiseParallel()
         for n in ("attn.c_proj", "mlp.c_proj"):
             plan[p + n] = RowwiseParallel(output_layouts=seq)
-        b.attn.n_head, b.attn.n_kv_head = b.attn.n_head // w, b.attn.n_kv_head // w
-        if b.attn.ve_gate is not None:
-            with torch.no_grad():
-                b.attn.ve_gate = _shard_param(b.attn.ve_gate, 0, group)
+        q, kv, hid = a.n_head * a.head_dim, a.n_kv_head * a.head_dim, b.mlp.c_fc.weight.size(0)
+        _dtensor_canon_(a.canon_a)  # the block's full input: a replica of the taps, gradients summed at the boundary
+        _dtensor_canon_(b.mlp.canon_c)
+        _tp_canon_(a.canon_b, group, [mine(q), mine(kv, q), mine(kv, q + kv)])  # this rank's q, k, v heads
+        _tp_canon_(b.mlp.canon_d, group, [mine(hid)])  # this rank's hidden units
+        a.n_head, a.n_kv_head = a.n_head // w, a.n_kv_head // w
+        with torch.no_grad():
+            if a.q_gain is not None:  # one per query head: this rank's heads, a plain local shard
+                a.q_gain = _shard_param(a.q_gain, 0, group)
+            if (
+                a.ve_gate is not None and a.ve_gate.ndim == 2
+            ):  # reads x: a DTensor, so its x-gradient comes back Partial
+                a.ve_gate = nn.Parameter(distribute_tensor(a.ve_gate.detach(), device_mesh, [Shard(0)]))
+            elif a.ve_gate is not None:  # one number per KV head, times local values: a plain local shard
+                a.ve_gate = _shard_param(a.ve_gate, 0, group)
     parallelize_module(model, device_mesh, plan)
     if sp:
-        for lam in (model.resid_lambdas, model.x0_lambdas):
+        # scalars applied to sequence shards: each rank's gradient is its positions' part, summed over tp (our f)
+        for lam in (model.resid_lambdas, model.x0_lambdas) + ((model.backout_lambda,) if c.backout else ()):
             lam.register_hook(lambda g: _all_reduce(g, group))
+        if c.smear:  # x_(t-1) of a shard's first position lives on the previous rank: smear the gathered sequence
+            model.smear = partial(_smear_gathered, model.smear, device_mesh)
 
         def check_len(mod, args):
             if args and args[0].ndim == 2 and args[0].size(1) % w:

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['FA3_KERNEL', 'attention_naive', 'attention_mask', 'attention_matmul', 'window_block_mask', 'attention_flex',
-           'attention_backend', 'attention', 'ragged_attention_mask', 'attention_masked']
+__all__ = ['FA3_KERNEL', 'attention_naive', 'attention_mask', 'attention_matmul', 'load_attention_kernels', 'window_block_mask',
+           'attention_flex', 'attention_backend', 'attention', 'ragged_attention_mask', 'attention_masked']
 
 # %% ../nbs/03_attention.ipynb #226139c6
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, window: int | None) -> tuple[int, int, int, int, int, int]:
@@ -132,6 +132,16 @@ def _fa3_func():
             except Exception as e:  # no package, no network, no build for this torch: fall back, say why once
                 print(f"FlashAttention-3 unavailable ({type(e).__name__}: {e}); using flash-attn/FlexAttention/SDPA")
     return _fa3 or None
+
+
+def load_attention_kernels(
+    device,  # the device the model runs on
+) -> str:  # the kernel a bf16 full-context call will run: "FlashAttention-3", "flash-attn" or "SDPA"
+    """Resolve the optional attention kernels for `device` now, before `torch.compile` traces the model: FA3's hub
+    load is Python I/O that would otherwise run (and break the graph) inside the first trace. Windows may use Flex."""
+    if torch.device(device).type != "cuda":
+        return "SDPA"
+    return "FlashAttention-3" if _fa3_func() is not None else "flash-attn" if _flash_attn_func is not None else "SDPA"
 
 
 def window_block_mask(

@@ -26,6 +26,7 @@ from .tokenizer import get_tokenizer
 from .data import DataLoader, TooFewRowGroups, iter_documents, make_loader
 from .model import GPT, GPTConfig, build_model, generate, LOSS_CHUNK_BYTES, CANON_SITES, CANON_HELP
 from .model import RECIPE_PIECES
+from .attention import load_attention_kernels
 from .optim import OptimConfig, build_optimizer, lr_multiplier, apply_lr, apply_muon_momentum
 from .optim import SCHEDULES, check_rates_kept, schedule_changes
 from .parallel.mesh import MeshLayout, init_mesh
@@ -951,6 +952,8 @@ def setup_training(
         print0(f"fp8: {apply_fp8(model)} matmuls in float8 (torchao, dynamic tensorwise scaling)")
     n_params, n_scaling = model.num_params(), model.num_scaling_params()  # the whole model's, before any split
     step_model = layout.prepare(model)  # before the optimizer: it must see the shards
+    if torch.device(run.device).type == "cuda":  # resolved before the compile traces the model (03)
+        print0(f"attention kernel: {load_attention_kernels(run.device)}")
     step_model = torch.compile(step_model, dynamic=False) if use_compile(cfg, run.device) else step_model
     plan = plan_scaling(cfg, n_scaling, B * T * layout.data_size)  # horizon, batch, lr and decay (the rules above)
     kwargs = cfg.optimizer_kwargs(plan.lr_scale) | dict(weight_decay=plan.weight_decay)

@@ -175,7 +175,8 @@ def attention_flex(
     global _flex_compiled
     B, Tq, Tk, Hq, Hkv, D = _check_qkv(q, k, v, window)
     fn = _flex_attention
-    if q.is_cuda:  # eager flex is a slow reference; the compiled one is the fused kernel
+    if q.is_cuda and not torch.compiler.is_compiling():  # eager flex is a slow reference: compile it (inside a
+        # compiled model dynamo traces flex_attention itself, and a torch.compile call there would break the graph)
         _flex_compiled = _flex_compiled or torch.compile(_flex_attention, dynamic=False)
         fn = _flex_compiled
     mask = window_block_mask(Tq, Tk, Tk if window is None else window, q.device)

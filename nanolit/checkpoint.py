@@ -16,6 +16,7 @@ import shutil
 import sys
 import time
 import uuid
+import zipfile
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -334,7 +335,18 @@ def _damaged(
     )
 
 
+def _check_crc(path) -> None:
+    "ValueError (`_damaged`) if a `torch.save` zip's stored CRC-32s don't match its bytes: damage at the same size."
+    try:
+        bad = zipfile.ZipFile(path).testzip() if zipfile.is_zipfile(path) else None  # a legacy (non-zip) file: no CRC
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise _damaged(path, e) from e
+    if bad is not None:
+        raise _damaged(path, ValueError(f"CRC-32 mismatch in {bad}"))
+
+
 def _torch_load(path, device):
+    _check_crc(path)  # torch.load does not check the CRCs it wrote: a damaged tensor would load as silent garbage
     try:
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as e:

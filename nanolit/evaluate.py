@@ -466,6 +466,8 @@ def main(
     "Evaluate a nanolit checkpoint (`base`, `chat`) or build the benchmark items (`data`); also under torchrun."
     with exit_on_user_error():
         device = parse_device(device) if device is not None else None  # a bad name: one line, before any load
+        if max_per_task is not None and max_per_task < 1:  # 0 or -1 would slice the items away and score nan
+            raise ValueError(f"--max-per-task must be >= 1 (leave it out to score every item), got {max_per_task}")
         names = task_names(what, tasks)
         if what == "data":
             return build_data(names, bigbench, force)

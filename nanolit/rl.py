@@ -36,9 +36,10 @@ from .sft import gsm8k_pool, chat_eval, chat_eval_tasks, save_curves, lineage_me
 
 # %% auto #0
 __all__ = ['MAX_REWARD', 'main', 'CHAT_EVAL_NOTE', 'report_main', 'group_advantages', 'reward', 'rollout', 'rl_batch',
-           'policy_logprobs', 'pg_loss', 'rl_backward', 'RLConfig', 'heldout_pass_at_k', 'rollouts', 'reward_stats',
-           'rl_batches', 'RLSetup', 'setup_rl', 'rl_evaluate', 'rl_resume', 'rl_finish', 'rl', 'md_table', 'last_meta',
-           'copy_plot', 'base_section', 'sft_section', 'rl_section', 'write_report', 'ReportConfig', 'report']
+           'policy_logprobs', 'pg_loss', 'sampled_tokens', 'rl_backward', 'RLConfig', 'heldout_pass_at_k', 'rollouts',
+           'reward_stats', 'rl_batches', 'RLSetup', 'setup_rl', 'rl_evaluate', 'rl_resume', 'rl_finish', 'rl',
+           'md_table', 'last_meta', 'copy_plot', 'base_section', 'sft_section', 'rl_section', 'write_report',
+           'ReportConfig', 'report']
 
 # %% ../nbs/13_rl.ipynb #4242223b
 MAX_REWARD = 1e30  # |reward| above this is invalid (its float32 advantage would overflow)
@@ -165,6 +166,17 @@ def pg_loss(
     return (nll * advantages[:, None] * (targets != -1)).sum() / max(float(n_tokens), 1.0)
 
 
+def sampled_tokens(
+    batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],  # this rank's (inputs, targets, advantages)
+    group=None,  # the ranks of the sum (None: the world); collective when it has more than one
+) -> torch.Tensor:  # a float scalar on the batches' device
+    "The step's sampled tokens N over all ranks: the targets that are not -1 (prompts and forced tool tokens are)."
+    n = torch.tensor(float(sum(int((y != -1).sum()) for _, y, _ in batches)), device=batches[0][1].device)
+    if group_size(group) > 1:
+        dist.all_reduce(n, group=group)
+    return n
+
+
 # After `allreduce_gradients` the gradient is that of `pg_loss` over all ranks' sampled tokens, with the log-
 # probabilities of the distribution the rollouts were sampled from.
 def rl_backward(
@@ -177,9 +189,7 @@ def rl_backward(
     """Backward of the policy-gradient loss of this rank's micro-batches; (loss, sampled tokens N), on all ranks."""
     world = group_size(group)
     device = batches[0][1].device
-    n = torch.tensor(float(sum(int((y != -1).sum()) for _, y, _ in batches)), device=device)
-    if world > 1:
-        dist.all_reduce(n, group=group)
+    n = sampled_tokens(batches, group)
     total = torch.zeros((), device=device)
     for x, y, a in batches:
         loss = pg_loss(-policy_logprobs(model, x, y, temperature, top_k), y, a, n.item() / world)
@@ -226,6 +236,10 @@ class RLConfig(OptimConfig, RunConfig):
             )
         if self.top_k < 0:
             self.bad("top_k", "must be >= 0 (0: all tokens)")
+        if self.num_samples < 2:  # one sample is its own group mean
+            self.bad("num_samples", "must be >= 2: each advantage is a sample's reward minus its group's mean")
+        if self.max_new_tokens < 1:
+            self.bad("max_new_tokens", "must be >= 1: a completion of no tokens has no reward to learn from")
 
 # %% ../nbs/13_rl.ipynb #0266930e
 def heldout_pass_at_k(
@@ -432,7 +446,8 @@ def rl(
         # 3. forward + backward over micro-batches (the loss normalised by the step's sampled tokens, all ranks)
         batches = rl_batches(prompts, samples, adv, cfg.device_batch_size, s.tok.bos_token_id, dev)
         pg = dict(temperature=cfg.temperature, top_k=cfg.top_k or None)  # the rollouts' sampling distribution
-        loss, n_tok = rl_backward(s.model, batches, **pg) if signal else (0.0, 0)
+        # no signal (every advantage 0: all ranks agree): no backward, but the log still counts what was sampled
+        loss, n_tok = rl_backward(s.model, batches, **pg) if signal else (0.0, int(sampled_tokens(batches).item()))
         if signal:  # 4. gradient average and optimizer step, unless no advantage is non-zero
             allreduce_gradients(s.model.parameters())
             s.optimizer.step()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import io
 import json
 import os
 import re
@@ -343,6 +344,54 @@ def _check_crc(path) -> None:
         raise _damaged(path, e) from e
     if bad is not None:
         raise _damaged(path, ValueError(f"CRC-32 mismatch in {bad}"))
+
+
+def _dcp_damaged_item(
+    d: Path,  # a DCP step folder
+    rank: int = 0,  # this rank checks files rank, rank + world, ... (sorted by name)
+    world: int = 1,
+) -> tuple[str, str] | None:
+    """(file, why) of the first DCP item, among this rank's share of the files, whose stored CRC-32s don't match its
+    bytes; None if every one matches. Each tensor in a `.distcp` file is a `torch.save` zip at the (offset, length)
+    `.metadata` records; other items (raw bytes, transformed ones) have no CRC and are skipped."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        items = FileSystemReader(str(d)).read_metadata().storage_data.values()
+    except Exception:  # an unreadable .metadata: dcp.load's own error names it
+        return None
+    by_file = {}
+    for info in items:
+        if not getattr(info, "transform_descriptors", None):
+            by_file.setdefault(info.relative_path, []).append((info.offset, info.length))
+    for name in sorted(by_file)[rank::world]:
+        with open(d / name, "rb") as f:
+            for offset, length in sorted(by_file[name]):
+                f.seek(offset)
+                item = io.BytesIO(f.read(length))
+                try:
+                    bad = zipfile.ZipFile(item).testzip() if zipfile.is_zipfile(item) else None
+                except (zipfile.BadZipFile, EOFError) as e:
+                    return name, f"item at byte {offset}: {e}"
+                if bad is not None:
+                    return name, f"CRC-32 mismatch in the item at byte {offset} ({bad})"
+    return None
+
+
+def _check_dcp_crc(
+    d: Path,  # a DCP step folder
+    collective: bool = False,  # every rank of the process group calls this: each checks its share of the files
+) -> None:
+    "ValueError (`_damaged`) naming the first damaged `.distcp` file of `d`; with `collective`, on every rank."
+    rank, world = (dist.get_rank(), dist.get_world_size()) if collective and _dist_on() else (0, 1)
+    if world == 1:
+        found = [_dcp_damaged_item(d)]
+    else:
+        found = [None] * world
+        dist.all_gather_object(found, _dcp_damaged_item(d, rank, world))
+    for hit in found:
+        if hit is not None:
+            raise _damaged(d / hit[0], ValueError(hit[1]))
 
 
 def _torch_load(path, device):
@@ -710,6 +759,7 @@ def load_dcp_checkpoint(
     state = {f"model/{k}": v for k, v in clean.items()}
     want = _optim_templates(optimizer, model, saved) if optimizer is not None else {}
     state.update({f"optim/{k}": v for k, v in want.items()})
+    _check_dcp_crc(d, collective=True)  # dcp.load doesn't check the CRC-32s torch.save stored either
     with _quiet_single_process():
         try:
             dcp.load(state, checkpoint_id=str(d), no_dist=not _dist_on())
@@ -731,6 +781,7 @@ def _load_dcp_full(d: Path, device, load_optim: bool):
     saved = _saved_tensors(d)
     keep = {k: m for k, m in saved.items() if k.startswith("model/") or (load_optim and k.startswith("optim/"))}
     state = {k: torch.empty(tuple(m.size), dtype=m.properties.dtype, device=device) for k, m in keep.items()}
+    _check_dcp_crc(d)  # this process alone
     with _quiet_single_process():
         try:
             dcp.load(state, checkpoint_id=str(d), no_dist=True)

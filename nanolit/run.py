@@ -179,6 +179,12 @@ def check_model_config(
         # a flag newer than the checkpoint's run (absent from its config): the value its model had; model fields
         # with no flag (n_layer, n_embd: they follow from --depth and --aspect-ratio) are not hinted
         pairs = [(k, old[k] if k in old else saved[k]) for k in names if k in old or (k in saved and k in flags)]
+        if "vocab_size" in names:  # the vocabulary comes from the tokenizer (train's --vocab-size is --plan's)
+            pairs = [(k, v) for k, v in pairs if k != "vocab_size"]
+            if old.get("tokenizer_dir"):
+                pairs.append(("tokenizer_dir", old["tokenizer_dir"]))
+            else:  # the default one, since retrained with another size
+                pairs.append(("tokenizer_dir", f"<a tokenizer of {saved.get('vocab_size')} tokens>"))
         hint = ", ".join(f"--{k.replace('_', '-')} {v if v != '' else repr(v)}" for k, v in pairs)  # --canon ''
         raise ValueError(
             f"cannot resume from {ckpt_dir}: its model differs from this run's ({'; '.join(diff)}). "

@@ -32,12 +32,12 @@ from fastcore.basics import patch
 from .core import atomic_write, cli_from_dataclass, get_base_dir, sample_texts
 
 # %% auto #0
-__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'REFERENCE_ENCODINGS', 'main', 'split_text', 'engine_classes',
-           'cut_pieces', 'scalar_text', 'split_pieces', 'safe_prefix', 'get_pair_counts', 'merge_pair',
-           'train_bpe_naive', 'vocab_from_merges', 'encode_naive', 'decode_naive', 'train_rustbpe', 'Tokenizer',
-           'get_tokenizer', 'check_tokenizer', 'iter_parquet_texts', 'iter_text_files', 'capped', 'tiktoken_cache_dir',
-           'cached_encoding', 'compression', 'eval_domains', 'compression_table', 'train_tokenizer',
-           'TokenizerTrainConfig']
+__all__ = ['SPLIT_PATTERN', 'SPECIAL_TOKENS', 'MAX_PIECE', 'REFERENCE_ENCODINGS', 'TRAIN_ARGS', 'main', 'split_text',
+           'engine_classes', 'cut_pieces', 'scalar_text', 'split_pieces', 'safe_prefix', 'get_pair_counts',
+           'merge_pair', 'train_bpe_naive', 'vocab_from_merges', 'encode_naive', 'decode_naive', 'train_rustbpe',
+           'Tokenizer', 'get_tokenizer', 'check_tokenizer', 'iter_parquet_texts', 'iter_text_files', 'capped',
+           'tiktoken_cache_dir', 'cached_encoding', 'compression', 'eval_domains', 'compression_table',
+           'train_tokenizer', 'TokenizerTrainConfig']
 
 # %% ../nbs/01_tokenizer.ipynb #4757933c
 SPLIT_PATTERN = (
@@ -709,6 +709,9 @@ def compression_table(
     return "\n".join(lines)
 
 # %% ../nbs/01_tokenizer.ipynb #b7fefce9
+TRAIN_ARGS = "train_args.json"  # beside tokenizer.json: the vocab size its training asked for
+
+
 def train_tokenizer(
     vocab_size: int = 8192,  # specials included
     max_chars: int = 2_000_000_000,  # characters of training text in all (see `capped`)
@@ -727,7 +730,11 @@ def train_tokenizer(
     out_dir = Path(out_dir) if out_dir is not None else get_base_dir() / "tokenizer"
     if (out_dir / "tokenizer.json").exists() and not overwrite:
         old = Tokenizer.load(out_dir)
-        if old.vocab_size != vocab_size:
+        try:  # the vocab its training asked for (more than it got when the text ran out of merges)
+            asked = json.loads((out_dir / TRAIN_ARGS).read_text())["vocab_size"]
+        except (OSError, ValueError, KeyError, TypeError):
+            asked = old.vocab_size
+        if vocab_size not in (old.vocab_size, asked):
             raise FileExistsError(
                 f"{out_dir} holds a tokenizer of vocab {old.vocab_size}, and models trained with it need it: "
                 f"pass --out-dir for a second tokenizer, or --overwrite true to replace it"
@@ -756,10 +763,18 @@ def train_tokenizer(
     tok = Tokenizer.train_from_iterator(capped(docs, max_chars, doc_cap, stats), vocab_size)
     dt = time.time() - t0
     n_chars, n_docs = stats.get("chars", 0), stats.get("docs", 0)
+    if n_chars == 0:  # nothing saved: a tokenizer of the 256 bytes alone would pass for a trained one
+        raise ValueError(f"no training text in {[str(f) for f in files]}: every document is empty")
     print(
         f"trained vocab {tok.vocab_size} on {n_chars:,} chars ({n_docs:,} docs) from {len(files)} files in {dt:.1f} s"
     )
+    if tok.vocab_size < vocab_size:  # BPE ran out of pairs to merge: every distinct word is already one token
+        print(
+            f"warning: this text supports a vocab of {tok.vocab_size}, not the {vocab_size} asked for (no pairs "
+            "left to merge); more text gives a larger one"
+        )
     tok.save(out_dir)
+    (out_dir / TRAIN_ARGS).write_text(json.dumps({"vocab_size": vocab_size}))  # asked for: a rerun keeps the result
     print(f"saved to {out_dir}")
     val = sorted(data_dir.glob("val_*.parquet"))
     if val:

@@ -860,7 +860,7 @@ def parallelize_dtensor(
     device_mesh=None,  # a 1-D device mesh instead
 ) -> GPT:
     """Tensor (and with `sp`, sequence) parallelism for a `GPT` with DTensor, in place; returns it."""
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor import distribute_tensor
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         PrepareModuleInput,
@@ -883,7 +883,8 @@ def parallelize_dtensor(
     seq, r = (Shard(1) if sp else Replicate()), device_mesh.get_local_rank()
 
     def mine(n: int, at: int = 0) -> tuple[int, int]:  # this rank's rows of an n-row Shard(0) weight, shifted by at
-        lo, size = min(r * -(-n // w), n), -(-n // w)  # torch.chunk's split: ceil(n / w) rows a rank
+        size = -(-n // w)  # torch.chunk's split: ceil(n / w) rows a rank, the last ones fewer (or none)
+        lo = min(r * size, n)
         return at + lo, at + min(lo + size, n)
 
     plan = {
@@ -914,9 +915,8 @@ def parallelize_dtensor(
         with torch.no_grad():
             if a.q_gain is not None:  # one per query head: this rank's heads, a plain local shard
                 a.q_gain = _shard_param(a.q_gain, 0, group)
-            if (
-                a.ve_gate is not None and a.ve_gate.ndim == 2
-            ):  # reads x: a DTensor, so its x-gradient comes back Partial
+            # the input-dependent gate reads x: a DTensor, so its x-gradient comes back Partial
+            if a.ve_gate is not None and a.ve_gate.ndim == 2:
                 a.ve_gate = nn.Parameter(distribute_tensor(a.ve_gate.detach(), device_mesh, [Shard(0)]))
             elif a.ve_gate is not None:  # one number per KV head, times local values: a plain local shard
                 a.ve_gate = _shard_param(a.ve_gate, 0, group)

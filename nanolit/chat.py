@@ -32,10 +32,10 @@ from .engine import ContinuousBatch, Engine, QueueFull, TokenEvent, Utf8Stream, 
 from .engine import Request as EngineRequest
 
 # %% auto #0
-__all__ = ['ROLES', 'CHAT_HTML', 'ChatLimitError', 'assistant_parts', 'prompt_tokens', 'stream_reply', 'ReplyStream',
-           'ChatSession', 'chat_repl', 'RequestRefused', 'read_body', 'parse_json', 'sampling_options',
-           'request_prompt', 'EngineLoop', 'Generation', 'create_app', 'parse_sse', 'start_server', 'serve',
-           'chat_widget', 'main']
+__all__ = ['ROLES', 'TERMINAL_TOOL_MARKS', 'CHAT_HTML', 'ChatLimitError', 'assistant_parts', 'prompt_tokens', 'stream_reply',
+           'ReplyStream', 'ChatSession', 'terminal_text', 'chat_repl', 'RequestRefused', 'read_body', 'parse_json',
+           'sampling_options', 'request_prompt', 'EngineLoop', 'Generation', 'create_app', 'parse_sse', 'start_server',
+           'serve', 'chat_widget', 'main']
 
 # %% ../nbs/14_chat.ipynb #f057e1d8
 class ChatLimitError(ValueError):
@@ -292,6 +292,19 @@ class ChatSession:
         return "".join(self.stream(text, **sampling))
 
 # %% ../nbs/14_chat.ipynb #f05384f8
+TERMINAL_TOOL_MARKS = {"<|python_start|>": "[calculator: ", "<|python_end|>": "]", "<|output_start|>": " = "}
+TERMINAL_TOOL_MARKS["<|output_end|>"] = ""
+
+
+def terminal_text(
+    piece: str,  # a reply piece as `ChatSession.stream` yields it (the conversation keeps it so)
+) -> str:
+    "A reply piece as the terminal prints it: a calculator call's special tokens as brackets, `[calculator: 6*7] = 42`."
+    for mark, shown in TERMINAL_TOOL_MARKS.items():
+        piece = piece.replace(mark, shown)
+    return piece
+
+
 # `/reset` forgets the conversation, `/quit` (or EOF, Ctrl-C) exits.
 def chat_repl(
     session: ChatSession,  # the conversation
@@ -307,7 +320,7 @@ def chat_repl(
         try:
             pieces = session.stream(text)
             for piece in pieces:
-                out.write(piece)
+                out.write(terminal_text(piece))
                 out.flush()
             out.write("\n")
             if getattr(session, "finish_reason", None) == "context":  # cut short, not finished: say so

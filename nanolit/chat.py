@@ -292,8 +292,12 @@ class ChatSession:
         return "".join(self.stream(text, **sampling))
 
 # %% ../nbs/14_chat.ipynb #f05384f8
-TERMINAL_TOOL_MARKS = {"<|python_start|>": "[calculator: ", "<|python_end|>": "]", "<|output_start|>": " = "}
-TERMINAL_TOOL_MARKS["<|output_end|>"] = ""
+TERMINAL_TOOL_MARKS = {  # the calculator's special tokens as the terminal prints them
+    "<|python_start|>": "[calculator: ",
+    "<|python_end|>": "]",
+    "<|output_start|>": " = ",
+    "<|output_end|>": "",
+}
 
 
 def terminal_text(

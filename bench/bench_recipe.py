@@ -1,5 +1,6 @@
 """What each issue-16 recipe piece costs in training throughput on this machine: ms per optimizer step of the
-cpu.sh model (depth 4, T 256, B 16) with one piece switched on, against today's step, measured in the same run,
+cpu.sh model (depth 4, T 256, B 16) with one piece switched on, against today's step (the model issue 16 started
+from: S windows of a quarter of the row, no Canon layers), measured in the same run,
 interleaved (rounds of every variant, the order rotated each round, median per variant) so load drifts hit all
 alike; the last column is the median over rounds of today's step / the variant's step in the same round, the figure
 least moved by this shared machine's drifts.
@@ -32,6 +33,7 @@ VARIANTS = {  # name -> (model fields, optimizer keywords)
     "canon_AC": (dict(canon="AC"), {}),
     "canon_BD": (dict(canon="BD"), {}),
     "canon_ABCD": (dict(canon="ABCD"), {}),
+    "default": (dict(canon="B", short_window=2), {}),  # the training default since 11's "One default"
     "all": (dict(smear=True, backout=True, qk_gain=True, ve_gate_input=True),
             dict(muon_method="polar_express", normuon=True, weight_decay=0.1, cautious_wd=True)),
 }

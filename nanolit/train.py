@@ -43,11 +43,11 @@ from .run import Run, RunConfig, check_resume, resume_word
 
 # %% auto #0
 __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REFUSE_FACTOR', 'BATCH_REF', 'BATCH_EXPONENT',
-           'PLAN_GPUS', 'PLAN_MFUS', 'PLAN_CAPABILITY', 'SAMPLE_PROMPTS', 'main', 'TrainConfig', 'check_values',
-           'check_layout', 'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes',
+           'RECIPE_SIZE', 'PLAN_GPUS', 'PLAN_MFUS', 'PLAN_CAPABILITY', 'SAMPLE_PROMPTS', 'main', 'TrainConfig',
+           'check_values', 'check_layout', 'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes',
            'device_memory_bytes', 'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank',
            'train_memory_bytes', 'window_summary', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan',
-           'plan_scaling', 'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout',
+           'plan_scaling', 'recipe_note', 'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout',
            'restore_param_groups_by_name', 'TrainSetup', 'build_train_model', 'use_compile', 'apply_fp8', 'loss_scaler',
            'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective', 'micro_steps',
            'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'built_core_tasks', 'core_subset', 'evaluate',
@@ -62,17 +62,20 @@ class TrainConfig(OptimConfig, RunConfig):
     aspect_ratio: int = 64  # model width = depth * aspect_ratio (rounded to head_dim)
     head_dim: int = 64  # channels per attention head
     window_pattern: str = "SSSL"  # S = short (sliding) window, L = full context, tiled over layers
-    short_window: int = 0  # tokens an S layer attends to (its sliding window); 0: sequence_len // 4
+    # the recipe's values below (short_window, canon, matrix_lr, tail_share) are measured at this size: depth 4, T 256,
+    # 200 steps of 4,096 tokens ("One default", below); runs/speedrun.sh passes nanochat's depth-20 ones
+    short_window: int = 2  # tokens an S layer attends to (its sliding window); 0: sequence_len // 4
     smear: bool = False  # token smear: each position gets a gated part of the previous token's embedding (04)
     backout: bool = False  # subtract a learned part of the half-depth residual before the final norm (04)
     qk_gain: bool = False  # a learned gain per query head after QK-norm (04)
     ve_gate_input: bool = False  # value-embedding gates computed from the input, not one number per head (04)
-    canon: str = ""  # Canon layer sites (04): any of A, B, C, D, e.g. BD; empty: none
+    canon: str = "B"  # Canon layer sites (04): any of A, B, C, D, e.g. BD; empty: none
     canon_kernel: int = 4  # the Canon layers' taps (positions t-K+1..t)
     pad_vocab_to: int = 1  # lm head rows rounded up to a multiple of this (64 for GPU tiles); pads never scored (04)
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
+    matrix_lr: float = 0.08  # Muon lr for hidden matrices (OptimConfig's 0.02 is nanochat's, tuned at depth 20)
     lr_ref_batch: int = 524288  # batch the lrs were tuned at; a planned batch B scales them by sqrt(B/this); 0: off
     wd_tau: float = 0.0  # > 0: weight decay 1/(matrix_lr x wd_tau x steps), the decay's timescale as a run fraction
     warmup_steps: int = 0  # steps of linear learning-rate warmup from 0
@@ -97,7 +100,7 @@ class TrainConfig(OptimConfig, RunConfig):
     core_items: int = 50  # with core_every: items per CORE task
     loader_buffer: int = 1000  # documents each loader buffers for best-fit packing (small: faster start, looser)
     long_docs: Literal["mix", "split", "crop"] = "mix"  # long documents: heads + tails (02), pieces, crop
-    tail_share: float = 0.3  # with long_docs mix: the share of rows cut from documents' tails
+    tail_share: float = 0.4  # with long_docs mix: the share of rows cut from documents' tails
     allow_long_sequence: bool = False  # permit sequence_len above MAX_SEQUENCE_LEN (65536)
     compile: str = "auto"  # torch.compile the model: auto (on CUDA; off on a CPU, where it costs minutes), true, false
     fp8: bool = False  # FP8 matmuls in the blocks (torchao float8 training): FP8-capable GPUs only (H100 class)
@@ -614,6 +617,25 @@ def plan_scaling(
         rules += f", weight decay 1 / (lr x {cfg.wd_tau:g} x S)"
     return ScalingPlan(n_scaling, steps * batch, batch, steps, lr_scale, wd, rules)
 
+# %% ../nbs/11_train.ipynb #daec0c7d
+RECIPE_SIZE = dict(matrix_lr=0.02, short_window=0, canon="", tail_share=0.3)  # speedrun.sh's: nanochat's depth 20
+
+
+def recipe_note(
+    cfg: TrainConfig,  # the run's config
+) -> str | None:
+    "One line when a run of depth 12+ keeps a recipe default that was measured at depth 4-6 ('One default'), else None."
+    kept = [n for n in RECIPE_SIZE if getattr(cfg, n) == getattr(TrainConfig, n)]
+    if cfg.depth < 12 or not kept:
+        return None
+    flag = lambda n, v: f"--{n.replace('_', '-')} {v if v != '' else repr(v)}"  # noqa: E731 (as a shell reads it)
+    flags = " ".join(flag(n, getattr(cfg, n)) for n in kept)
+    size = " ".join(flag(n, v) for n, v in RECIPE_SIZE.items() if n in kept)
+    return (
+        f"note: {flags}: defaults measured at depth 4-6 on 0.8 M tokens; runs/speedrun.sh passes "
+        f"{size} at depth 20 (--short-window 0: a quarter of the row)"
+    )
+
 # %% ../nbs/11_train.ipynb #5e3fd746
 def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:
     "Model FLOPs utilisation in [0, 1]: flops_per_token * tokens_per_s / peak_flops (0 when the peak is unknown)."
@@ -964,6 +986,8 @@ def setup_training(
         cfg.bad("warmup_steps", f"must be below the run's {num_steps} steps")
     n_slots = layout.data_size * accum  # one data shard per (data rank, micro-step)
     print0(plan)
+    if note := recipe_note(cfg):  # a deep run on the defaults measured at depth 4-6
+        print0(note)
     slots = f"{n_slots} data shards ({layout.data_size} data ranks x {accum} accumulation steps of {B} x {T})"
     try:
         loaders = _train_loaders(cfg, tok, run, layout, accum, n_slots)

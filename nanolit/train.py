@@ -6,6 +6,7 @@ Docs: https://nanolit.github.io/nanolit/train.html.md"""
 
 # %% ../nbs/11_train.ipynb #d066472e
 from __future__ import annotations
+import json
 import math
 import os
 import time
@@ -35,7 +36,7 @@ from .parallel.tensor_parallel import TensorParallel
 from .parallel.pipeline_parallel import PIPELINE_SCHEDULES, PipelineParallel
 from .parallel.expert_parallel import ExpertParallel, moeify, moe_aux_loss
 from .parallel.context_parallel import ContextParallel
-from .checkpoint import is_dcp_checkpoint, load_checkpoint, load_dcp_checkpoint
+from .checkpoint import find_last_step, is_dcp_checkpoint, load_checkpoint, load_dcp_checkpoint, step_path
 from .eval import evaluate_bpb, evaluate_bpb_exact, deal_batches, unigram_byte_bpb, unigram_token_bpb
 from .eval import core_score, evaluate_core_task
 from .tasks import CORE_TASKS, load_items
@@ -47,11 +48,11 @@ __all__ = ['MAX_SEQUENCE_LEN', 'POSITIVE', 'AUTO', 'RATES', 'BUILT', 'MEMORY_REF
            'check_values', 'check_layout', 'microbatches', 'validate_config', 'activation_bytes', 'train_state_bytes',
            'device_memory_bytes', 'check_memory', 'model_config', 'TracedPeak', 'traced_step_memory', 'memory_per_rank',
            'train_memory_bytes', 'window_summary', 'grad_accum_steps', 'horizon', 'optimal_batch_size', 'ScalingPlan',
-           'plan_scaling', 'recipe_note', 'mfu', 'fp8_capable', 'RunPlan', 'plan_device', 'plan_run', 'build_layout',
-           'restore_param_groups_by_name', 'TrainSetup', 'build_train_model', 'use_compile', 'apply_fp8', 'loss_scaler',
-           'setup_training', 'describe', 'load_train_state', 'resume_training', 'moe_objective', 'micro_steps',
-           'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact', 'built_core_tasks', 'core_subset', 'evaluate',
-           'save_training', 'finish_training', 'train_sample', 'train']
+           'plan_scaling', 'recipe_note', 'check_recipe_kept', 'mfu', 'fp8_capable', 'RunPlan', 'plan_device',
+           'plan_run', 'build_layout', 'restore_param_groups_by_name', 'TrainSetup', 'build_train_model', 'use_compile',
+           'apply_fp8', 'loss_scaler', 'setup_training', 'describe', 'load_train_state', 'resume_training',
+           'moe_objective', 'micro_steps', 'lr_mult', 'schedule', 'Meter', 'val_bpb', 'val_bpb_exact',
+           'built_core_tasks', 'core_subset', 'evaluate', 'save_training', 'finish_training', 'train_sample', 'train']
 
 # %% ../nbs/11_train.ipynb #e529eef3
 @dataclass
@@ -236,7 +237,11 @@ def check_layout(
     if not isinstance(cfg.canon, str) or set(cfg.canon.upper()) - set(CANON_SITES):
         cfg.bad("canon", f"must be letters of ABCD ({CANON_HELP}), or empty for none")
     if cfg.canon and isinstance(cfg.canon_kernel, int) and cfg.canon_kernel > cfg.sequence_len:
-        cfg.bad("canon_kernel", f"must be <= sequence_len = {cfg.sequence_len}: taps past the row see only zeros")
+        cfg.bad(
+            "canon_kernel",
+            f"must be <= sequence_len = {cfg.sequence_len}: taps past the row see only zeros "
+            f"(Canon layers at {cfg.canon}, B by default: lower --canon-kernel, or pass --canon '' for none)",
+        )
     if cfg.canon and cfg.cp > 1 and isinstance(cfg.canon_kernel, int) and isinstance(cfg.sequence_len, int):
         c = cfg.sequence_len // (2 * cfg.cp)  # each cp rank holds two chunks of every row (06f)
         if cfg.canon_kernel - 1 > c:
@@ -628,17 +633,35 @@ RECIPE_SIZE = dict(matrix_lr=0.02, short_window=0, canon="", tail_share=0.3)  # 
 def recipe_note(
     cfg: TrainConfig,  # the run's config
 ) -> str | None:
-    "One line when a run of depth 12+ keeps a recipe default that was measured at depth 4-6 ('One default'), else None."
+    "One line when a run of depth 12+ has a default's recipe value, measured at depth 4-6 ('One default'), else None."
     kept = [n for n in RECIPE_SIZE if getattr(cfg, n) == getattr(TrainConfig, n)]
+    kept = [n for n in kept if n != "tail_share" or cfg.long_docs == "mix"]  # the share only counts with heads + tails
     if cfg.depth < 12 or not kept:
         return None
     flag = lambda n, v: f"--{n.replace('_', '-')} {v if v != '' else repr(v)}"  # noqa: E731 (as a shell reads it)
     flags = " ".join(flag(n, getattr(cfg, n)) for n in kept)
     size = " ".join(flag(n, v) for n, v in RECIPE_SIZE.items() if n in kept)
     return (
-        f"note: {flags}: defaults measured at depth 4-6 on 0.8 M tokens; runs/speedrun.sh passes "
+        f"note: {flags}: the defaults' values, measured at depth 4-6 on 0.8 M tokens; runs/speedrun.sh passes "
         f"{size} at depth 20 (--short-window 0: a quarter of the row)"
     )
+
+
+def check_recipe_kept(
+    run_dir,  # a checkpoint directory holding a complete step
+    cfg: TrainConfig,  # the resuming run's config
+) -> None:
+    "ValueError naming at once every `RECIPE_SIZE` flag the newest checkpoint's run had another value of."
+    meta = step_path(run_dir, find_last_step(run_dir)) / "meta.json"
+    old = json.loads(meta.read_text()).get("config") or {}
+    mix = old.get("long_docs") == "mix" and cfg.long_docs == "mix"  # the share only counts with heads + tails
+    diff = [n for n in RECIPE_SIZE if n in old and old[n] != getattr(cfg, n) and (n != "tail_share" or mix)]
+    flag = lambda n, v: f"--{n.replace('_', '-')} {v if v != '' else repr(v)}"  # noqa: E731 (as a shell reads it)
+    if diff:
+        raise ValueError(
+            f"cannot resume from {run_dir}: it was trained with {' '.join(flag(n, old[n]) for n in diff)} "
+            f"(this run: {' '.join(flag(n, getattr(cfg, n)) for n in diff)}); resume with them"
+        )
 
 # %% ../nbs/11_train.ipynb #5e3fd746
 def mfu(flops_per_token: float, tokens_per_s: float, peak_flops: float) -> float:
@@ -780,6 +803,8 @@ def plan_run(
         world,
     )
     print0(plan)
+    if note := recipe_note(cfg):  # before a refusal too: the recipe may be what does not fit (Canon's activations)
+        print0(note)
     if not plan.fits:
         state = mem["parameters"] + mem["gradients"] + mem["optimizer"]
         if state > capacity:  # no batch size helps: the state itself must be split, or the model made smaller
@@ -1099,6 +1124,7 @@ def resume_training(
     layout: MeshLayout,  # the run's layout
 ) -> int:
     "Continue from the newest checkpoint: model, optimizer, loader positions, RNG and history; returns its step."
+    check_recipe_kept(run.dir, run.cfg)  # the recipe flags at once (a run of older defaults differs in several)
     step, meta = run.load_meta(t.num_steps, asdict(t.gcfg), t.tok)  # before any collective read: clear errors
     if meta.get("moe") != t.moe:
         raise ValueError(f"cannot resume from {run.dir}: its MoE settings are {meta.get('moe')}, this run's {t.moe}")

@@ -25,7 +25,8 @@ EVAL_ITEMS=${EVAL_ITEMS:-40}
 RECIPE=()
 for knob in MATRIX_LR:--matrix-lr TAIL_SHARE:--tail-share SHORT_WINDOW:--short-window CANON:--canon; do
   name=${knob%%:*}
-  if [ -n "${!name+set}" ]; then RECIPE+=("${knob#*:}" "${!name}"); fi
+  # set and not empty (CANON= is a value: no Canon layers)
+  if [ -n "${!name:-}" ] || { [ "$name" = CANON ] && [ -n "${CANON+set}" ]; }; then RECIPE+=("${knob#*:}" "${!name}"); fi
 done
 echo "== 1/7 corpus ($CORPUS)"
 $PY -m nanolit.data --size "$CORPUS"

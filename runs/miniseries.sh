@@ -33,6 +33,10 @@ elif [ "$MODE" = gpu ]; then  # one node of NPROC GPUs; the speedrun's data (run
 else
   echo "error: MODE must be cpu or gpu, got '$MODE'"; exit 2
 fi
+# Every depth trains on the training defaults, whose recipe values (Muon lr 0.08, 2-token S windows, Canon B, tail
+# share 0.4) were measured at depth 4-6 (11_train, "One default"): the CPU series is that size; a GPU series is one
+# recipe across depths 8-20, and each run's log says so in a `note:` line. The planner's FLOPs assume these windows.
+# A results file is one recipe's: after a change of the defaults, start a new RESULTS file.
 SEEDS=${SEEDS:-42}
 RESULTS=${RESULTS:-$NANOLIT_BASE_DIR/miniseries/$MODE.csv}
 BUILD=${BUILD:-1}   # 1: build the corpus and tokenizer first (kept if already built); 0: use what is there

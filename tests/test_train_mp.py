@@ -114,6 +114,14 @@ def test_recipe_pieces_equal_single_process_at_every_layout(tiny_base_dir, kw):
         _close(out, ref)
 
 
+def test_recipe_pieces_equal_single_process_under_ep(tiny_base_dir):
+    "ep2 with every piece a MoE model takes: Canon A and B (C and D sit in the dense MLP, refused with experts)."
+    pieces = {**PIECES, "canon": "AB"}
+    ref = _ref(tiny_base_dir, 2, **MOE, **pieces)
+    for out in run_distributed(_train, 2, tiny_base_dir, "pieces_ep2", ep=2, **MOE, **pieces, timeout=400):
+        _close(out, ref)
+
+
 @pytest.mark.parametrize("kw", [dict(ep=2, **MOE), dict(cp=2)], ids=["ep2xdp2", "cp2xdp2"])
 def test_composes_with_dp_at_world_4(tiny_base_dir, kw):
     "ep2 x dp2 reads 4 batches (data ranks = dp x ep), cp2 x dp2 reads 2: the same total batch as one process."

@@ -53,6 +53,7 @@ class GPTConfig:
     backout: bool = False  # subtract a learned fraction of the half-depth residual before the final norm
     qk_gain: bool = False  # a learned gain per query head after QK-norm (init 1: the plain model)
     ve_gate_input: bool = False  # value-embedding gate 2 sigmoid(W x[:32]) per KV head, from the input (W zero: 1)
+    ve_gate_init: float = 0.5  # the static value-embedding gate's start (0.5 ours; 1.0 measured: 11_train)
     canon: str = ""  # Canon layer sites (`CANON_SITES`): any of A, B, C, D, e.g. "BD"; "": none
     canon_kernel: int = 4  # the Canon layers' taps: positions t-K+1..t (Allen-Zhu 2025 use 4)
     pad_vocab_to: int = 1  # lm head rows rounded up to a multiple of this (64: whole GPU tiles); pads never scored
@@ -730,8 +731,8 @@ def init_weights(self: GPT):
             nn.init.uniform_(lin.weight, -a, a)
         nn.init.zeros_(b.attn.c_proj.weight)
         nn.init.zeros_(b.mlp.c_proj.weight)
-        if b.attn.ve_gate is not None:  # static: 0.5; from the input: W = 0, so 2 sigmoid(0) = 1
-            b.attn.ve_gate.fill_(0.5) if b.attn.ve_gate.ndim == 1 else b.attn.ve_gate.zero_()
+        if b.attn.ve_gate is not None:  # static: ve_gate_init; from the input: W = 0, so 2 sigmoid(0) = 1
+            b.attn.ve_gate.fill_(c.ve_gate_init) if b.attn.ve_gate.ndim == 1 else b.attn.ve_gate.zero_()
         if b.attn.q_gain is not None:
             b.attn.q_gain.fill_(1.0)
         for cn in b.modules():  # zero taps: x + 0, the plain model at step 0

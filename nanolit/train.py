@@ -74,6 +74,7 @@ class TrainConfig(OptimConfig, RunConfig):
     canon_kernel: int = 4  # the Canon layers' taps (positions t-K+1..t)
     pad_vocab_to: int = 1  # lm head rows rounded up to a multiple of this (64 for GPU tiles); pads never scored (04)
     rope_base: float = 10000.0  # RoPE's base theta (04; Su et al. 2021); long contexts often use 100000 or more
+    ve_gate_init: float = 0.5  # the static value-embedding gates' start (04); 1.0 measured better ("One default")
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
@@ -149,6 +150,8 @@ def check_values(
         cfg.bad("lr_ref_batch", "must be an int >= 0 (tokens a step; 0: no lr scaling)")
     if cfg.overwrite and resume_word(cfg.resume) in ("true", "auto"):  # off by default here
         cfg.bad("overwrite", f"would delete what --resume {cfg.resume} continues: give one of the two")
+    if not (isinstance(cfg.ve_gate_init, (int, float)) and math.isfinite(cfg.ve_gate_init)):
+        cfg.bad("ve_gate_init", "must be a finite number")
     if not (isinstance(cfg.rope_base, (int, float)) and math.isfinite(cfg.rope_base) and cfg.rope_base > 1):
         cfg.bad("rope_base", "must be a finite number > 1 (the rotation frequencies are base^(-2i/head_dim))")
     if cfg.pad_vocab_to > 4096:
@@ -413,6 +416,7 @@ def model_config(
         canon_kernel=cfg.canon_kernel if cfg.canon else GPTConfig.canon_kernel,  # no Canon layer: the kernel is moot
         pad_vocab_to=cfg.pad_vocab_to,
         rope_base=cfg.rope_base,
+        ve_gate_init=cfg.ve_gate_init,
     )
 
 

@@ -74,7 +74,7 @@ class TrainConfig(OptimConfig, RunConfig):
     canon_kernel: int = 4  # the Canon layers' taps (positions t-K+1..t)
     pad_vocab_to: int = 1  # lm head rows rounded up to a multiple of this (64 for GPU tiles); pads never scored (04)
     rope_base: float = 10000.0  # RoPE's base theta (04; Su et al. 2021); long contexts often use 100000 or more
-    ve_gate_init: float = 0.5  # the static value-embedding gates' start (04); 1.0 measured better ("One default")
+    ve_gate_init: float = 0.5  # the static value-embedding gates' start (04); 1.0 measured: seed noise ("One default")
     sequence_len: int = 256  # tokens per row (T)
     total_batch_size: int = -1  # tokens per optimizer step; -1: B*T*(data ranks = dp*ep) (no accumulation)
     target_param_data_ratio: float = 20.0  # tokens per parameter when num_iterations == -1 (Chinchilla)
@@ -634,6 +634,11 @@ def plan_scaling(
 RECIPE_SIZE = dict(matrix_lr=0.02, short_window=0, canon="", tail_share=0.3)  # speedrun.sh's: nanochat's depth 20
 
 
+def _flag(n: str, v) -> str:
+    "Field `n` at value `v` as a shell reads the option: `--canon ''`, `--matrix-lr 0.02`."
+    return f"--{n.replace('_', '-')} {v if v != '' else repr(v)}"
+
+
 def recipe_note(
     cfg: TrainConfig,  # the run's config
 ) -> str | None:
@@ -642,9 +647,8 @@ def recipe_note(
     kept = [n for n in kept if n != "tail_share" or cfg.long_docs == "mix"]  # the share only counts with heads + tails
     if cfg.depth < 12 or not kept:
         return None
-    flag = lambda n, v: f"--{n.replace('_', '-')} {v if v != '' else repr(v)}"  # noqa: E731 (as a shell reads it)
-    flags = " ".join(flag(n, getattr(cfg, n)) for n in kept)
-    size = " ".join(flag(n, v) for n, v in RECIPE_SIZE.items() if n in kept)
+    flags = " ".join(_flag(n, getattr(cfg, n)) for n in kept)
+    size = " ".join(_flag(n, v) for n, v in RECIPE_SIZE.items() if n in kept)
     return (
         f"note: {flags}: the defaults' values, measured at depth 4-6 on 0.8 M tokens; runs/speedrun.sh passes "
         f"{size} at depth 20 (--short-window 0: a quarter of the row)"
@@ -660,11 +664,10 @@ def check_recipe_kept(
     old = json.loads(meta.read_text()).get("config") or {}
     mix = old.get("long_docs") == "mix" and cfg.long_docs == "mix"  # the share only counts with heads + tails
     diff = [n for n in RECIPE_SIZE if n in old and old[n] != getattr(cfg, n) and (n != "tail_share" or mix)]
-    flag = lambda n, v: f"--{n.replace('_', '-')} {v if v != '' else repr(v)}"  # noqa: E731 (as a shell reads it)
     if diff:
         raise ValueError(
-            f"cannot resume from {run_dir}: it was trained with {' '.join(flag(n, old[n]) for n in diff)} "
-            f"(this run: {' '.join(flag(n, getattr(cfg, n)) for n in diff)}); resume with them"
+            f"cannot resume from {run_dir}: it was trained with {' '.join(_flag(n, old[n]) for n in diff)} "
+            f"(this run: {' '.join(_flag(n, getattr(cfg, n)) for n in diff)}); resume with them"
         )
 
 # %% ../nbs/11_train.ipynb #5e3fd746
